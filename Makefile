@@ -1,0 +1,57 @@
+# Two commands matter: `make demo` and `make test`. Each sets up everything it
+# needs on a fresh machine (system packages, Docker engine, .venv, Python
+# packages, images) and skips what is already there.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+WHEEL_CACHE ?= $(HOME)/.cache/sclate/wheels
+LLAMA_VERSION := 0.3.36
+DATA ?=
+
+.PHONY: demo test system venv images lint proto bench clean
+
+system:
+	@bash scripts/setup-system.sh
+
+# The llama-cpp-python wheel takes minutes to compile on 2 cores: build it once
+# into a cache outside the tree, then every later venv installs it in seconds.
+$(WHEEL_CACHE)/.llama-$(LLAMA_VERSION):
+	@mkdir -p $(WHEEL_CACHE)
+	@if ! ls $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "[setup] compiling llama-cpp-python $(LLAMA_VERSION) once (about 5 minutes on 2 cores)"; \
+	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PYTHON) -m pip wheel -q --no-deps \
+	    llama-cpp-python==$(LLAMA_VERSION) -w $(WHEEL_CACHE); \
+	fi
+	@touch $@
+
+$(VENV)/.stamp: pyproject.toml $(WHEEL_CACHE)/.llama-$(LLAMA_VERSION)
+	@echo "[setup] Python environment in $(VENV)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q --find-links $(WHEEL_CACHE) "llama-cpp-python==$(LLAMA_VERSION)"
+	@$(PY) -m pip install -q --find-links $(WHEEL_CACHE) -e ".[dev,model]"
+	@touch $@
+
+venv: $(VENV)/.stamp
+
+images: system venv
+	@$(VENV)/bin/sclate images build
+
+demo: system venv
+	@$(VENV)/bin/sclate demo $(if $(DATA),--data-dir $(DATA),)
+
+test: system venv
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/mypy
+	@$(PY) -m pytest -q
+
+lint: venv
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/mypy
+
+proto: venv
+	@$(PY) -m sclated.api.protogen
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

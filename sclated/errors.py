@@ -1,0 +1,97 @@
+"""The errors sclate raises. Every one derives from :class:`SclateError`.
+
+The tree::
+
+    SclateError                    root; `reason` is a stable machine-readable code
+    ├── InvalidArgument            bad input: names the field or event that was wrong
+    │   ├── ScheduleError          an event that cannot be scheduled (past, cycle, unknown dependency, ...)
+    │   └── ExportContractError    trainer rows that break their own contract
+    ├── NotFound                   a resource that does not exist (or belongs to another tenant)
+    ├── AlreadyExists              a resource name already taken
+    ├── FailedPrecondition         the resource is in the wrong state for the call
+    ├── Unauthenticated            missing or unknown credentials
+    ├── ResourceExhausted          a quota or bound is reached
+    └── Unavailable                a dependency (Docker engine, model endpoint, daemon) is not answering
+        ├── RuntimeUnavailable     the container engine
+        └── ModelUnavailable       the model endpoint
+
+The API layer maps each branch to one gRPC status code in a single interceptor;
+nothing else in the daemon knows about status codes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlreadyExists",
+    "ExportContractError",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "ModelUnavailable",
+    "NotFound",
+    "ResourceExhausted",
+    "RuntimeUnavailable",
+    "ScheduleError",
+    "SclateError",
+    "Unauthenticated",
+    "Unavailable",
+]
+
+
+class SclateError(Exception):
+    """Root of every error sclate raises on purpose."""
+
+    default_reason = "SCLATE_ERROR"
+
+    def __init__(self, message: str, *, reason: str | None = None, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.reason = reason or self.default_reason
+        self.field = field
+
+
+class InvalidArgument(SclateError):
+    default_reason = "INVALID_ARGUMENT"
+
+
+class ScheduleError(InvalidArgument):
+    default_reason = "INVALID_EVENT"
+
+    def __init__(self, message: str, *, event_id: str | None = None, reason: str | None = None):
+        super().__init__(message, reason=reason, field=event_id)
+        self.event_id = event_id
+
+
+class ExportContractError(InvalidArgument):
+    default_reason = "EXPORT_CONTRACT"
+
+
+class NotFound(SclateError):
+    default_reason = "NOT_FOUND"
+
+
+class AlreadyExists(SclateError):
+    default_reason = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(SclateError):
+    default_reason = "FAILED_PRECONDITION"
+
+
+class Unauthenticated(SclateError):
+    default_reason = "UNAUTHENTICATED"
+
+
+class ResourceExhausted(SclateError):
+    default_reason = "RESOURCE_EXHAUSTED"
+
+
+class Unavailable(SclateError):
+    default_reason = "UNAVAILABLE"
+
+
+class RuntimeUnavailable(Unavailable):
+    default_reason = "RUNTIME_UNAVAILABLE"
+
+
+class ModelUnavailable(Unavailable):
+    default_reason = "MODEL_UNAVAILABLE"
