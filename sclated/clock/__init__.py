@@ -1,0 +1,17 @@
+"""The simulated clock and the leases that keep it flowing."""
+
+from sclated.clock._clock import ClockConfig, ClockMode, Jump, SimClock, TimePublisher
+from sclated.clock._leases import ExpiredLease, Lease, LeaseChange, LeaseInfo, LeaseTable
+
+__all__ = [
+    "ClockConfig",
+    "ClockMode",
+    "ExpiredLease",
+    "Jump",
+    "Lease",
+    "LeaseChange",
+    "LeaseInfo",
+    "LeaseTable",
+    "SimClock",
+    "TimePublisher",
+]

@@ -1,0 +1,314 @@
+"""The run loop: one scheduler, one clock, the executors of effects.
+
+Each pass it expires leaked leases, fires whatever is due, and otherwise
+either jumps the clock (nothing busy, after a settle window) or waits for the
+next due time, a lease change or an input, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sclated.clock import ExpiredLease, Jump, Lease, LeaseChange, SimClock
+from sclated.errors import FailedPrecondition, InvalidArgument
+from sclated.scheduler import (
+    At,
+    Effect,
+    EventSpec,
+    FireRecord,
+    InputRecord,
+    MutateWorld,
+    Priority,
+    Scheduler,
+    StopRun,
+    Wake,
+)
+
+__all__ = ["EffectExecutor", "RunLoop", "RunObserver", "RunSummary"]
+
+EffectExecutor = Callable[[FireRecord, Effect], Awaitable[None] | None]
+"""Executes one effect. Return None for work done at once; an awaitable for
+work the loop must finish (under a dispatch lease) before the next fire. Long
+work (an agent turn) belongs in a task that holds its own lease."""
+
+
+class RunObserver(Protocol):
+    def on_fire(self, record: FireRecord, wall_ns: int) -> None: ...
+    def on_jump(self, jump: Jump) -> None: ...
+    def on_lease(self, change: LeaseChange) -> None: ...
+    def on_input(self, record: InputRecord) -> None: ...
+
+
+@dataclass(slots=True)
+class RunSummary:
+    reason: str
+    fires: int
+    scheduled: int
+    in_order: bool
+    unfired: list[str]
+    start_ns: int
+    end_ns: int
+    wall_ns: int
+    busy_ns: int
+    jumps: int
+    skipped_ns: int
+    expired_leases: list[ExpiredLease] = field(default_factory=list)
+
+    @property
+    def sim_span_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def compression_ratio(self) -> float:
+        return self.sim_span_ns / self.wall_ns if self.wall_ns else 0.0
+
+    @property
+    def compression_limit(self) -> float:
+        """Simulated span over busy time: what a loop with zero overhead would reach."""
+        return self.sim_span_ns / self.busy_ns if self.busy_ns else float("inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "events_fired": self.fires,
+            "events_scheduled": self.scheduled,
+            "in_order": self.in_order,
+            "unfired": self.unfired,
+            "sim_span_s": self.sim_span_ns / 1e9,
+            "wall_s": self.wall_ns / 1e9,
+            "busy_s": self.busy_ns / 1e9,
+            "compression_ratio": self.compression_ratio,
+            "compression_limit": self.compression_limit if self.busy_ns else None,
+            "jumps": self.jumps,
+            "expired_leases": [
+                {"name": e.info.name, "holder": e.info.holder} for e in self.expired_leases
+            ],
+        }
+
+
+class RunLoop:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        clock: SimClock,
+        executor: EffectExecutor,
+        *,
+        end_ns: int | None = None,
+        observer: RunObserver | None = None,
+        stop_when_idle: bool = True,
+    ) -> None:
+        if clock.now() != scheduler.now_ns and scheduler.now_ns > clock.now():
+            raise InvalidArgument("the clock starts before the scheduler's time", field="clock")
+        self.scheduler = scheduler
+        self.clock = clock
+        self.leases = clock.leases
+        self._executor = executor
+        self._end_ns = end_ns
+        self._observer = observer
+        self._stop_when_idle = stop_when_idle
+        self._changed = asyncio.Event()
+        self._stop_reason: str | None = None
+        self._waiters: dict[str, asyncio.Future[int]] = {}
+        self._wait_ids = itertools.count(1)
+        self._expired: list[ExpiredLease] = []
+        self._last_fire_key: tuple[int, int, int, int] | None = None
+        self._in_order = True
+        self._running = False
+        self.leases.add_listener(self._on_lease)
+        if observer is not None:
+            clock.add_jump_listener(observer.on_jump)
+
+    # -- outside world --------------------------------------------------------
+    def wake(self) -> None:
+        """Tell the loop something changed (an input, a lease, a stop request)."""
+        self._changed.set()
+
+    def request_stop(self, reason: str) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self.wake()
+
+    def apply_action(self, actor: str, kind: str, data: dict[str, Any] | None = None) -> InputRecord:
+        self.scheduler.advance(self.clock.now())
+        rec = self.scheduler.apply_action(actor, kind, data)
+        self._after_input(rec)
+        return rec
+
+    def apply_world(self, changes: dict[str, Any]) -> InputRecord:
+        self.scheduler.advance(self.clock.now())
+        rec = self.scheduler.apply_world(changes)
+        self._after_input(rec)
+        return rec
+
+    def apply_grade(self, check_id: str, outcome: Any) -> InputRecord:
+        self.scheduler.advance(self.clock.now())
+        rec = self.scheduler.apply_grade(check_id, outcome)
+        self._after_input(rec)
+        return rec
+
+    def register(self, specs: list[EventSpec]) -> InputRecord:
+        self.scheduler.advance(self.clock.now())
+        self.scheduler.register(specs)
+        rec = self.scheduler.journal[-1]
+        assert isinstance(rec, InputRecord)
+        self._after_input(rec)
+        return rec
+
+    def _after_input(self, rec: InputRecord) -> None:
+        if self._observer is not None:
+            self._observer.on_input(rec)
+        self.wake()
+
+    async def sleep_until(self, sim_ns: int, *, lease: Lease | None = None, waiter: str = "agent") -> int:
+        """Register a wake-up at ``sim_ns``, release ``lease``, and return when it fires.
+
+        The wake event is registered *before* the lease is released, so the
+        clock can never jump past it (Temporal's lesson: skipping before the
+        waiter is registered).
+        """
+        now = self.clock.now()
+        if sim_ns < now:
+            raise InvalidArgument(f"wake-up time {sim_ns} is before now ({now})", field="until")
+        wait_id = f"wake:{waiter}:{next(self._wait_ids)}"
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters[wait_id] = fut
+        self.register([EventSpec(wait_id, At(sim_ns), (Wake(wait_id),), priority=Priority.HIGH)])
+        if lease is not None:
+            self.leases.release(lease)
+        try:
+            return await fut
+        finally:
+            self._waiters.pop(wait_id, None)
+
+    # -- the loop ---------------------------------------------------------------
+    def _on_lease(self, change: LeaseChange) -> None:
+        if self._observer is not None:
+            self._observer.on_lease(change)
+        if change.held_count == 0 or change.kind == "acquired":
+            self._changed.set()
+
+    async def run(self) -> RunSummary:
+        if self._running:
+            raise FailedPrecondition("this run loop is already running")
+        self._running = True
+        start_ns = self.clock.now()
+        start_wall = time.monotonic_ns()
+        busy_start = self.leases.busy_ns()
+        settle = 0
+        passes_since_yield = 0
+        reason = "stopped"
+        try:
+            while True:
+                if self._stop_reason is not None:
+                    reason = self._stop_reason
+                    break
+                if self.leases.held:
+                    self._expire()
+                now = self.clock.now()
+                if self._end_ns is not None and now >= self._end_ns and not self._due_by(self._end_ns):
+                    reason = "end of scenario time"
+                    break
+                fire = self.scheduler.pop_due(now if self._end_ns is None else min(now, self._end_ns))
+                if fire is not None:
+                    settle = 0
+                    await self._dispatch(fire)
+                    passes_since_yield += 1
+                    if passes_since_yield >= 256:
+                        # A long burst of instant fires must still let other tasks run.
+                        passes_since_yield = 0
+                        await asyncio.sleep(0)
+                    continue
+                nxt = self.scheduler.next_due_ns()
+                if self._end_ns is not None and (nxt is None or nxt > self._end_ns):
+                    nxt = self._end_ns
+                if self.clock.can_jump():
+                    if nxt is None:
+                        if self._stop_when_idle and not self._waiters:
+                            reason = "idle: nothing scheduled and nothing busy"
+                            break
+                    elif settle < self.clock.config.settle_passes:
+                        # Let tasks that are about to take a lease or register an event run first.
+                        settle += 1
+                        await asyncio.sleep(0)
+                        continue
+                    else:
+                        settle = 0
+                        if self.clock.jump_to(nxt) is not None:
+                            await self.clock.publish()
+                        continue
+                settle = 0
+                passes_since_yield = 0
+                await self._wait_for_change(nxt)
+        finally:
+            self._running = False
+        end_wall = time.monotonic_ns()
+        return RunSummary(
+            reason=reason,
+            fires=len(self.scheduler.fires),
+            scheduled=self.scheduler.scheduled_count,
+            in_order=self._in_order,
+            unfired=sorted(p.spec.id for p in self.scheduler.pending()),
+            start_ns=start_ns,
+            end_ns=self.clock.now(),
+            wall_ns=end_wall - start_wall,
+            busy_ns=self.leases.busy_ns() - busy_start,
+            jumps=self.clock.jumps,
+            skipped_ns=self.clock.skipped_ns,
+            expired_leases=list(self._expired),
+        )
+
+    def _due_by(self, t: int) -> bool:
+        nxt = self.scheduler.next_due_ns()
+        return nxt is not None and nxt <= t
+
+    def _expire(self) -> None:
+        expired = self.leases.expire()
+        if expired:
+            self._expired.extend(expired)
+
+    async def _wait_for_change(self, nxt: int | None) -> None:
+        timeout_ns: int | None = None
+        if nxt is not None:
+            timeout_ns = self.clock.wall_until(nxt)
+        deadline = self.leases.next_expiry_wall_ns()
+        if deadline is not None:
+            until_expiry = max(0, deadline - time.monotonic_ns())
+            timeout_ns = until_expiry if timeout_ns is None else min(timeout_ns, until_expiry)
+        self._changed.clear()
+        if timeout_ns == 0:
+            await asyncio.sleep(0)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), None if timeout_ns is None else timeout_ns / 1e9)
+
+    async def _dispatch(self, fire: FireRecord) -> None:
+        key = (fire.fired_ns, fire.priority, fire.source_rank, fire.arrival)
+        last = self._last_fire_key
+        if last is not None and fire.fired_ns < last[0]:
+            self._in_order = False
+        self._last_fire_key = key
+        if self._observer is not None:
+            self._observer.on_fire(fire, time.monotonic_ns())
+        for effect in fire.effects:
+            if isinstance(effect, Wake):
+                fut = self._waiters.get(effect.waiter)
+                if fut is not None and not fut.done():
+                    fut.set_result(fire.fired_ns)
+                continue
+            if isinstance(effect, MutateWorld):
+                continue  # applied by the scheduler itself
+            result = self._executor(fire, effect)
+            if result is not None:
+                lease = self.leases.acquire(f"dispatch:{effect.kind}", fire.event_id, sim_ns=fire.fired_ns)
+                try:
+                    await result
+                finally:
+                    self.leases.release(lease)
+            if isinstance(effect, StopRun):
+                self.request_stop(effect.reason)
