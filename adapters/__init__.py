@@ -1,0 +1,25 @@
+"""Benchmark and agent adapters."""
+
+from adapters._base import (
+    AgentAdapter,
+    BenchmarkAdapter,
+    BenchmarkInfo,
+    GradeContext,
+    RoundInfo,
+    Scenario,
+    ScenarioConfig,
+    TurnResult,
+    Verdict,
+)
+
+__all__ = [
+    "AgentAdapter",
+    "BenchmarkAdapter",
+    "BenchmarkInfo",
+    "GradeContext",
+    "RoundInfo",
+    "Scenario",
+    "ScenarioConfig",
+    "TurnResult",
+    "Verdict",
+]
