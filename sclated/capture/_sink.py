@@ -1,0 +1,125 @@
+"""Daemon side of the capture path: what the control-socket server calls.
+
+The socket server owns framing and replies; it hands each decoded message of
+type ``call_start``/``call_end``/``record`` to a :class:`CaptureSink` together
+with the run the socket belongs to, and sends the returned dict back (merged
+into ``{"id": ..., "ok": true}``). Errors are raised as ``SclateError`` so the
+server can answer ``ok: false`` with their ``reason``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from sclated.capture._record import CallRecord
+from sclated.errors import InvalidArgument
+
+__all__ = ["CaptureSink", "LeaseHolder", "MemoryRecordStore", "RecordStore"]
+
+DEFAULT_CALL_TTL_NS = 15 * 60 * 1_000_000_000
+
+
+class RecordStore(Protocol):
+    async def put(self, record: CallRecord) -> bool:
+        """Store; True when new, False when ``record.call_id`` was already stored."""
+        ...
+
+    async def list(self, run: str) -> list[CallRecord]:
+        """The run's records in the order they were first stored."""
+        ...
+
+
+class LeaseHolder(Protocol):
+    """The subset of ``sclated.clock.LeaseTable`` the sink needs."""
+
+    def acquire(self, name: str, holder: str, *, ttl_ns: int | None = None) -> Any: ...
+
+    def release(self, lease: Any) -> Any: ...
+
+
+class MemoryRecordStore:
+    """Test double for :class:`RecordStore`: an in-memory dict, nothing persisted."""
+
+    def __init__(self) -> None:
+        self._by_run: dict[str, dict[str, CallRecord]] = {}
+
+    async def put(self, record: CallRecord) -> bool:
+        calls = self._by_run.setdefault(record.run, {})
+        if record.call_id in calls:
+            return False
+        calls[record.call_id] = record
+        return True
+
+    async def list(self, run: str) -> list[CallRecord]:
+        return list(self._by_run.get(run, {}).values())
+
+
+class CaptureSink:
+    """Turns the addon's lease messages into clock leases and stores records.
+
+    A model call holds the lease ``model-call:<call_id>`` from ``call_start``
+    to ``call_end`` so simulated time flows while the model works. The TTL
+    bounds a lease whose ``call_end`` never comes (the proxy died).
+    """
+
+    def __init__(
+        self,
+        store: RecordStore,
+        leases: LeaseHolder,
+        *,
+        call_ttl_ns: int = DEFAULT_CALL_TTL_NS,
+    ) -> None:
+        self._store = store
+        self._leases = leases
+        self._ttl_ns = call_ttl_ns
+        self._held: dict[tuple[str, str], Any] = {}
+        self._lock = asyncio.Lock()
+
+    @staticmethod
+    def _call_id(msg: dict[str, Any]) -> str:
+        call_id = msg.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise InvalidArgument("call_id must be a non-empty string", field="call_id")
+        return call_id
+
+    def active_calls(self, run: str) -> list[str]:
+        return [c for (r, c) in self._held if r == run]
+
+    async def on_call_start(self, run: str, msg: dict[str, Any]) -> dict[str, Any]:
+        call_id = self._call_id(msg)
+        role = msg.get("role")
+        if not isinstance(role, str) or not role:
+            raise InvalidArgument("role must be a non-empty string", field="role")
+        key = (run, call_id)
+        if key in self._held:
+            # A resent call_start (the proxy timed out waiting for our reply)
+            # must not take a second lease that nobody would release.
+            return {"leased": False}
+        self._held[key] = self._leases.acquire(
+            f"model-call:{call_id}", f"{run}/{role}", ttl_ns=self._ttl_ns
+        )
+        return {"leased": True}
+
+    async def on_call_end(self, run: str, msg: dict[str, Any]) -> dict[str, Any]:
+        call_id = self._call_id(msg)
+        lease = self._held.pop((run, call_id), None)
+        if lease is None:
+            return {"released": False}
+        self._leases.release(lease)
+        return {"released": True}
+
+    async def on_record(self, run: str, msg: dict[str, Any]) -> dict[str, Any]:
+        record = CallRecord.from_json(msg.get("record"))
+        if record.run != run:
+            raise InvalidArgument(
+                f"record {record.call_id} names run {record.run!r} on run {run!r}'s socket",
+                field="record.run",
+                reason="INVALID_RECORD",
+            )
+        # put() is the idempotency point; the lock keeps a redelivery racing
+        # the first delivery from being judged new twice by a store whose
+        # check-then-insert is not atomic.
+        async with self._lock:
+            stored = await self._store.put(record)
+        return {"stored": stored}
