@@ -1,0 +1,409 @@
+"""Durable state in one SQLite database (WAL) under the daemon's state directory.
+
+SQLite calls block, so every call runs on one dedicated thread: the event
+loop never waits on disk, and the single writer needs no locking of its own.
+A write returns only after its transaction committed: what the API
+acknowledges is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sclated.errors import AlreadyExists, FailedPrecondition
+
+__all__ = ["EventRow", "JournalRow", "RunRow", "Store", "WriteBatch"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    name TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    seq INTEGER NOT NULL UNIQUE,
+    request_id TEXT,
+    request_hash TEXT,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    create_ns INTEGER NOT NULL,
+    start_ns INTEGER,
+    end_ns INTEGER,
+    sim_ns INTEGER,
+    last_event_seq INTEGER NOT NULL DEFAULT 0,
+    results TEXT NOT NULL DEFAULT '{}',
+    parent TEXT NOT NULL DEFAULT ''
+);
+CREATE UNIQUE INDEX IF NOT EXISTS runs_request ON runs(tenant, request_id) WHERE request_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_tenant ON runs(tenant, seq);
+CREATE INDEX IF NOT EXISTS runs_state ON runs(state, seq);
+CREATE TABLE IF NOT EXISTS run_events (
+    run TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    sim_ns INTEGER NOT NULL,
+    wall_ns INTEGER NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (run, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS journal (
+    run TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (run, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS snapshots (
+    name TEXT PRIMARY KEY,
+    run TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    create_ns INTEGER NOT NULL,
+    sim_ns INTEGER NOT NULL,
+    journal_length INTEGER NOT NULL,
+    info TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS calls (
+    run TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (run, call_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(slots=True)
+class RunRow:
+    name: str
+    tenant: str
+    spec: dict[str, Any]
+    state: str
+    create_ns: int
+    seq: int = 0
+    request_id: str | None = None
+    request_hash: str | None = None
+    reason: str = ""
+    start_ns: int | None = None
+    end_ns: int | None = None
+    sim_ns: int | None = None
+    last_event_seq: int = 0
+    results: dict[str, Any] = field(default_factory=dict)
+    parent: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    run: str
+    seq: int
+    kind: str
+    sim_ns: int
+    wall_ns: int
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRow:
+    run: str
+    seq: int
+    entry: dict[str, Any]
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """Everything one flush commits in a single transaction."""
+
+    events: list[EventRow] = field(default_factory=list)
+    journal: list[JournalRow] = field(default_factory=list)
+    run_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.journal or self.run_updates)
+
+    def update_run(self, name: str, **fields: Any) -> None:
+        self.run_updates.setdefault(name, {}).update(fields)
+
+
+_RUN_COLUMNS = (
+    "name, tenant, seq, request_id, request_hash, spec, state, reason, create_ns, start_ns, "
+    "end_ns, sim_ns, last_event_seq, results, parent"
+)
+_UPDATABLE = {"state", "reason", "start_ns", "end_ns", "sim_ns", "last_event_seq", "results", "spec"}
+
+
+def _row_to_run(r: Sequence[Any]) -> RunRow:
+    return RunRow(
+        name=r[0],
+        tenant=r[1],
+        seq=r[2],
+        request_id=r[3],
+        request_hash=r[4],
+        spec=json.loads(r[5]),
+        state=r[6],
+        reason=r[7],
+        create_ns=r[8],
+        start_ns=r[9],
+        end_ns=r[10],
+        sim_ns=r[11],
+        last_event_seq=r[12],
+        results=json.loads(r[13]),
+        parent=r[14],
+    )
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sclated-store")
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        await self._run(self._open_sync)
+
+    def _open_sync(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        # FULL: a commit survives power loss, not only a process crash.
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.executescript(_SCHEMA)
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._run(self._conn.close)
+            self._conn = None
+        self._pool.shutdown(wait=True)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, fn, *args)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise FailedPrecondition("the store is not open")
+        return self._conn
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return out
+
+    # -- runs ---------------------------------------------------------------
+    async def insert_run(self, row: RunRow) -> RunRow:
+        def tx(conn: sqlite3.Connection) -> RunRow:
+            nxt = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs").fetchone()[0]
+            row.seq = nxt
+            try:
+                conn.execute(
+                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        row.name,
+                        row.tenant,
+                        row.seq,
+                        row.request_id,
+                        row.request_hash,
+                        json.dumps(row.spec),
+                        row.state,
+                        row.reason,
+                        row.create_ns,
+                        row.start_ns,
+                        row.end_ns,
+                        row.sim_ns,
+                        row.last_event_seq,
+                        json.dumps(row.results),
+                        row.parent,
+                    ),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise AlreadyExists(f"run {row.name!r} already exists", field="run_id") from exc
+            return row
+
+        return await self._run(self._tx, tx)
+
+    async def get_run(self, name: str) -> RunRow | None:
+        def q() -> RunRow | None:
+            r = self.conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE name=?", (name,)).fetchone()
+            return _row_to_run(r) if r else None
+
+        return await self._run(q)
+
+    async def find_request(self, tenant: str, request_id: str) -> RunRow | None:
+        def q() -> RunRow | None:
+            r = self.conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant=? AND request_id=?", (tenant, request_id)
+            ).fetchone()
+            return _row_to_run(r) if r else None
+
+        return await self._run(q)
+
+    async def list_runs(
+        self,
+        tenant: str,
+        *,
+        after_seq: int,
+        limit: int,
+        states: Iterable[str] = (),
+    ) -> list[RunRow]:
+        states = list(states)
+
+        def q() -> list[RunRow]:
+            sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant=? AND seq>?"
+            args: list[Any] = [tenant, after_seq]
+            if states:
+                sql += f" AND state IN ({','.join('?' * len(states))})"
+                args.extend(states)
+            sql += " ORDER BY seq LIMIT ?"
+            args.append(limit)
+            return [_row_to_run(r) for r in self.conn.execute(sql, args)]
+
+        return await self._run(q)
+
+    async def runs_in_states(self, states: Iterable[str]) -> list[RunRow]:
+        states = list(states)
+
+        def q() -> list[RunRow]:
+            sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE state IN ({','.join('?' * len(states))}) ORDER BY seq"
+            return [_row_to_run(r) for r in self.conn.execute(sql, states)]
+
+        return await self._run(q)
+
+    async def update_run(self, name: str, **fields: Any) -> None:
+        batch = WriteBatch()
+        batch.update_run(name, **fields)
+        await self.write(batch)
+
+    async def delete_run(self, name: str) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            for table, col in (("run_events", "run"), ("journal", "run"), ("snapshots", "run"), ("calls", "run")):
+                conn.execute(f"DELETE FROM {table} WHERE {col}=?", (name,))
+            conn.execute("DELETE FROM runs WHERE name=?", (name,))
+
+        await self._run(self._tx, tx)
+
+    # -- batched writes -------------------------------------------------------
+    async def write(self, batch: WriteBatch) -> None:
+        if not batch:
+            return
+
+        def tx(conn: sqlite3.Connection) -> None:
+            if batch.events:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO run_events (run, seq, kind, sim_ns, wall_ns, payload) VALUES (?,?,?,?,?,?)",
+                    [(e.run, e.seq, e.kind, e.sim_ns, e.wall_ns, json.dumps(e.payload)) for e in batch.events],
+                )
+            if batch.journal:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO journal (run, seq, entry) VALUES (?,?,?)",
+                    [(j.run, j.seq, json.dumps(j.entry)) for j in batch.journal],
+                )
+            for name, fields in batch.run_updates.items():
+                bad = set(fields) - _UPDATABLE
+                if bad:
+                    raise ValueError(f"not updatable: {sorted(bad)}")
+                cols = ", ".join(f"{k}=?" for k in fields)
+                vals = [json.dumps(v) if k in ("results", "spec") else v for k, v in fields.items()]
+                conn.execute(f"UPDATE runs SET {cols} WHERE name=?", (*vals, name))
+
+        await self._run(self._tx, tx)
+
+    # -- events and journal -----------------------------------------------------
+    async def events_after(self, run: str, after_seq: int, limit: int = 1000) -> list[EventRow]:
+        def q() -> list[EventRow]:
+            rows = self.conn.execute(
+                "SELECT run, seq, kind, sim_ns, wall_ns, payload FROM run_events "
+                "WHERE run=? AND seq>? ORDER BY seq LIMIT ?",
+                (run, after_seq, limit),
+            )
+            return [EventRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
+
+        return await self._run(q)
+
+    async def journal(self, run: str) -> list[dict[str, Any]]:
+        def q() -> list[dict[str, Any]]:
+            rows = self.conn.execute("SELECT entry FROM journal WHERE run=? ORDER BY seq", (run,))
+            return [json.loads(r[0]) for r in rows]
+
+        return await self._run(q)
+
+    async def truncate_journal(self, run: str, length: int) -> None:
+        await self._run(self._tx, lambda c: c.execute("DELETE FROM journal WHERE run=? AND seq>=?", (run, length)))
+
+    # -- snapshots ---------------------------------------------------------------
+    async def insert_snapshot(
+        self, name: str, run: str, tenant: str, create_ns: int, sim_ns: int, journal_length: int, info: dict[str, Any]
+    ) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(
+                    "INSERT INTO snapshots (name, run, tenant, create_ns, sim_ns, journal_length, info) VALUES (?,?,?,?,?,?,?)",
+                    (name, run, tenant, create_ns, sim_ns, journal_length, json.dumps(info)),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise AlreadyExists(f"snapshot {name!r} already exists", field="snapshot_id") from exc
+
+        await self._run(self._tx, tx)
+
+    async def get_snapshot(self, name: str) -> dict[str, Any] | None:
+        def q() -> dict[str, Any] | None:
+            r = self.conn.execute(
+                "SELECT name, run, tenant, create_ns, sim_ns, journal_length, info FROM snapshots WHERE name=?",
+                (name,),
+            ).fetchone()
+            if r is None:
+                return None
+            return {
+                "name": r[0],
+                "run": r[1],
+                "tenant": r[2],
+                "create_ns": r[3],
+                "sim_ns": r[4],
+                "journal_length": r[5],
+                "info": json.loads(r[6]),
+            }
+
+        return await self._run(q)
+
+    async def list_snapshots(self, run: str) -> list[dict[str, Any]]:
+        def q() -> list[str]:
+            return [r[0] for r in self.conn.execute("SELECT name FROM snapshots WHERE run=? ORDER BY create_ns", (run,))]
+
+        out = []
+        for name in await self._run(q):
+            snap = await self.get_snapshot(name)
+            if snap is not None:
+                out.append(snap)
+        return out
+
+    # -- captured calls ----------------------------------------------------------
+    async def put_call(self, run: str, call_id: str, role: str, record: dict[str, Any]) -> bool:
+        """Store a call record; False when that call id was already stored (a re-delivery)."""
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO calls (run, call_id, role, record) VALUES (?,?,?,?)",
+                (run, call_id, role, json.dumps(record)),
+            )
+            return cur.rowcount == 1
+
+        return await self._run(self._tx, tx)
+
+    async def calls(self, run: str) -> list[dict[str, Any]]:
+        def q() -> list[dict[str, Any]]:
+            return [json.loads(r[0]) for r in self.conn.execute("SELECT record FROM calls WHERE run=?", (run,))]
+
+        return await self._run(q)
