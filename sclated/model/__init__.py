@@ -1,0 +1,38 @@
+"""The embedded model server: a GGUF served by llama.cpp over HTTP.
+
+Speaks OpenAI chat/completions, the OpenAI Responses API and Anthropic
+Messages, streaming and not, with tool calls in each API's shape and vLLM-style
+token data (``prompt_token_ids``, ``token_ids``, logprobs) on request, so the
+capture proxy can record calls at token level.
+
+    server = await start_model_server(ModelServerConfig(port=0))
+    ...  # POST f"{server.url}/v1/chat/completions"
+    await server.close()
+"""
+
+from ._chat import ChatMessage, ChatRenderer
+from ._config import ModelServerConfig, default_gguf_path
+from ._engine import Engine, Finish, SamplingParams, TokenStep, TopLogprob
+from ._server import RunningModelServer, build_app, serve_forever, start_model_server
+from ._tools import ParsedOutput, ToolCall, ToolSpec, parse_tool_calls, tool_call_start
+
+__all__ = [
+    "ChatMessage",
+    "ChatRenderer",
+    "Engine",
+    "Finish",
+    "ModelServerConfig",
+    "ParsedOutput",
+    "RunningModelServer",
+    "SamplingParams",
+    "TokenStep",
+    "ToolCall",
+    "ToolSpec",
+    "TopLogprob",
+    "build_app",
+    "default_gguf_path",
+    "parse_tool_calls",
+    "serve_forever",
+    "start_model_server",
+    "tool_call_start",
+]

