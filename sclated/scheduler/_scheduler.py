@@ -132,7 +132,12 @@ class Scheduler:
         if name in self._sources:
             raise InvalidArgument(f"a source named {name!r} is already registered", field="source.name")
         self._sources[name] = (source, len(self._sources) + 1 if rank is None else rank)
-        self._poll(name)
+        try:
+            self._poll(name)
+        except BaseException:
+            # A source whose first events are rejected is not half-registered.
+            del self._sources[name]
+            raise
 
     def register(self, specs: Sequence[EventSpec], *, source: str = _DIRECT) -> None:
         """Register events directly (not from a poll); journaled so replay sees them."""
