@@ -23,8 +23,9 @@ completion requests that do not set them get ``"return_token_ids": true`` and
 ignore; the response itself is never modified by this addon.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: mitmproxy loads scripts without
+# registering them in sys.modules, and dataclasses then cannot resolve string
+# annotations.
 import asyncio
 import codecs
 import contextlib
