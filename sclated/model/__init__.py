@@ -11,12 +11,14 @@ capture proxy can record calls at token level.
 """
 
 from ._chat import ChatMessage, ChatRenderer
+from ._common import ServerContext
 from ._config import ModelServerConfig, default_gguf_path
-from ._engine import Engine, Finish, SamplingParams, TokenStep, TopLogprob
+from ._engine import Backend, Engine, Finish, SamplingParams, TokenStep, TopLogprob
 from ._server import RunningModelServer, build_app, serve_forever, start_model_server
 from ._tools import ParsedOutput, ToolCall, ToolSpec, parse_tool_calls, tool_call_start
 
 __all__ = [
+    "Backend",
     "ChatMessage",
     "ChatRenderer",
     "Engine",
@@ -25,6 +27,7 @@ __all__ = [
     "ParsedOutput",
     "RunningModelServer",
     "SamplingParams",
+    "ServerContext",
     "TokenStep",
     "ToolCall",
     "ToolSpec",

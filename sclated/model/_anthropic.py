@@ -12,6 +12,7 @@ from sclated.errors import InvalidArgument, SclateError
 
 from ._chat import ChatMessage, ToolMode
 from ._common import (
+    USAGE,
     Fields,
     Generation,
     ServerContext,
@@ -167,7 +168,7 @@ async def handle_messages(ctx: ServerContext, request: web.Request,
     gen = Generation(ctx.engine, prompt_ids, params, active_tool_names(tools, mode, forced),
                      call_id_prefix="toolu_")
     mid = new_id("msg_")
-    request["usage"] = (len(prompt_ids), 0)
+    request[USAGE] = (len(prompt_ids), 0)
 
     def stop_reason() -> str:
         if gen.calls:

@@ -16,10 +16,11 @@ from aiohttp import web
 from sclated.errors import InvalidArgument
 
 from ._chat import ChatRenderer
-from ._engine import Engine, Finish, SamplingParams, TokenStep
+from ._engine import Backend, Finish, SamplingParams, TokenStep
 from ._tools import ParsedOutput, ToolCall, parse_tool_calls, tool_call_start
 
 __all__ = [
+    "USAGE",
     "ContentGate",
     "Fields",
     "Generation",
@@ -252,7 +253,7 @@ class ContentGate:
 class Generation:
     """One run of the model, with everything a response needs afterwards."""
 
-    engine: Engine
+    engine: Backend
     prompt_ids: list[int]
     params: SamplingParams
     tool_names: Sequence[str] | None = None
@@ -305,7 +306,7 @@ class Generation:
 class ServerContext:
     """What every handler needs: the engine, the template, the served name."""
 
-    engine: Engine
+    engine: Backend
     renderer: ChatRenderer
     model_name: str
 
@@ -333,6 +334,9 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
+USAGE = web.RequestKey("usage", tuple[int, int])
+
+
 def note_usage(request: web.Request, gen: Generation) -> None:
     """Leave token counts for the access log line."""
-    request["usage"] = (len(gen.prompt_ids), len(gen.steps))
+    request[USAGE] = (len(gen.prompt_ids), len(gen.steps))

@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +33,7 @@ from sclated.errors import InvalidArgument, ModelUnavailable
 
 from ._config import ModelServerConfig
 
-__all__ = ["Engine", "Finish", "SamplingParams", "TokenStep", "TopLogprob"]
+__all__ = ["Backend", "Engine", "Finish", "SamplingParams", "TokenStep", "TopLogprob"]
 
 log = logging.getLogger("sclated.model")
 
@@ -163,6 +163,21 @@ class _Model:
     n_vocab: int
     pieces: dict[int, bytes] = field(default_factory=dict)
     special_pieces: dict[int, bytes] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """What the HTTP layer needs from a model; :class:`Engine` is the real one."""
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    async def tokenize(self, text: str) -> list[int]: ...
+
+    def check_prompt(self, prompt_ids: Sequence[int], field: str = "prompt") -> None: ...
+
+    def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncGenerator[TokenStep | Finish, None]: ...
 
 
 class Engine:

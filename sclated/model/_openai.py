@@ -14,6 +14,7 @@ from sclated.errors import InvalidArgument, SclateError
 
 from ._chat import ChatMessage, ToolMode
 from ._common import (
+    USAGE,
     Fields,
     Generation,
     ServerContext,
@@ -209,7 +210,7 @@ async def handle_chat_completions(ctx: ServerContext, request: web.Request,
     ctx.engine.check_prompt(prompt_ids, "messages")
     gen = Generation(ctx.engine, prompt_ids, params, active_tool_names(tools, mode, forced))
     rid, created = new_id("chatcmpl-"), now()
-    request["usage"] = (len(prompt_ids), 0)
+    request[USAGE] = (len(prompt_ids), 0)
 
     def finish_reason() -> str:
         return "tool_calls" if gen.calls else gen.reason
@@ -330,7 +331,7 @@ async def handle_completions(ctx: ServerContext, request: web.Request,
     ctx.engine.check_prompt(prompt_ids, "prompt")
     gen = Generation(ctx.engine, prompt_ids, params)
     rid, created = new_id("cmpl-"), now()
-    request["usage"] = (len(prompt_ids), 0)
+    request[USAGE] = (len(prompt_ids), 0)
 
     if not stream:
         await gen.complete()

@@ -17,6 +17,7 @@ from sclated.errors import InvalidArgument, SclateError
 
 from ._chat import ChatMessage, ToolMode
 from ._common import (
+    USAGE,
     Fields,
     Generation,
     ServerContext,
@@ -147,7 +148,7 @@ async def handle_responses(ctx: ServerContext, request: web.Request,
     ctx.engine.check_prompt(prompt_ids, "input")
     gen = Generation(ctx.engine, prompt_ids, params, active_tool_names(tools, mode, forced))
     rid, created, msg_id = new_id("resp_"), now(), new_id("msg_")
-    request["usage"] = (len(prompt_ids), 0)
+    request[USAGE] = (len(prompt_ids), 0)
 
     def envelope(status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
         incomplete = status == "incomplete"

@@ -18,7 +18,7 @@ from sclated.errors import InvalidArgument, NotFound, SclateError, Unavailable
 
 from ._anthropic import anthropic_error_body, handle_count_tokens, handle_messages
 from ._chat import ChatRenderer
-from ._common import ServerContext, now
+from ._common import USAGE, ServerContext, now
 from ._config import ModelServerConfig
 from ._engine import Engine
 from ._openai import error_body, handle_chat_completions, handle_completions
@@ -81,7 +81,7 @@ async def _errors_and_log(
         log.exception("model server request failed: %s %s", request.method, request.path)
         return _error_response(request, SclateError(f"internal error: {exc}"), 500)
     finally:
-        usage = request.get("usage")
+        usage = request.get(USAGE)
         tokens = f" prompt={usage[0]} completion={usage[1]}" if usage else ""
         log.info("%s %s %d %.0fms%s", request.method, request.path, status,
                  (time.monotonic() - start) * 1000, tokens)
