@@ -101,7 +101,10 @@ def test_control_effect_gives_control_priority_unless_priority_is_explicit() -> 
     assert EventSpec("a", At(0), (Notify("x"), StopRun())).effective_priority is Priority.CONTROL
     assert EventSpec("a", At(0), (SaveSnapshot(),)).effective_priority is Priority.CONTROL
     assert EventSpec("a", At(0), (Notify("x"),)).effective_priority is Priority.NORMAL
-    assert EventSpec("a", At(0), (StopRun(),), priority=Priority.LOW).effective_priority is Priority.LOW
+    assert (
+        EventSpec("a", At(0), (StopRun(),), priority=Priority.LOW).effective_priority
+        is Priority.LOW
+    )
 
 
 def test_explicit_source_rank_orders_ties() -> None:
@@ -144,7 +147,9 @@ def test_after_on_already_fired_dependency_is_due_from_its_fire_time() -> None:
 
 
 def test_when_fires_at_the_time_of_the_input_that_made_it_true() -> None:
-    src = ListSource("b", [EventSpec("w", When(lambda snap: snap.world.get("door") == "open", "door open"))])
+    src = ListSource(
+        "b", [EventSpec("w", When(lambda snap: snap.world.get("door") == "open", "door open"))]
+    )
     s = Scheduler(start_ns=0, sources=[src])
     assert s.next_due_ns() is None
     s.advance(50)
@@ -170,7 +175,9 @@ def test_when_sees_actions_grades_and_mutations_from_fires() -> None:
     src = ListSource(
         "b",
         [
-            EventSpec("on-action", When(lambda snap: any(a.kind == "submit" for a in snap.actions))),
+            EventSpec(
+                "on-action", When(lambda snap: any(a.kind == "submit" for a in snap.actions))
+            ),
             EventSpec("on-grade", When(lambda snap: snap.grades.get("q1") is True)),
             EventSpec("on-world", When(lambda snap: snap.world.get("k") == 1)),
             EventSpec("mutate", At(40), (MutateWorld({"k": 1}),)),
@@ -188,7 +195,13 @@ def test_when_sees_actions_grades_and_mutations_from_fires() -> None:
 
 
 def test_fire_records_carry_the_snapshot_version_they_saw() -> None:
-    s = Scheduler(sources=[ListSource("b", [EventSpec("m", At(1), (MutateWorld({"a": 1}),)), EventSpec("n", At(2))])])
+    s = Scheduler(
+        sources=[
+            ListSource(
+                "b", [EventSpec("m", At(1), (MutateWorld({"a": 1}),)), EventSpec("n", At(2))]
+            )
+        ]
+    )
     v0 = s.version
     m, n = drain(s)
     assert m.snapshot_version == v0
@@ -320,14 +333,30 @@ BAD_BATCHES: dict[str, tuple[list[EventSpec], str, str]] = {
         "c1",
         "DEPENDENCY_CYCLE",
     ),
-    "unknown-dependency": ([EventSpec("orphan", After(("x", "ghost"), 1))], "orphan", "UNKNOWN_DEPENDENCY"),
+    "unknown-dependency": (
+        [EventSpec("orphan", After(("x", "ghost"), 1))],
+        "orphan",
+        "UNKNOWN_DEPENDENCY",
+    ),
     "negative-delay": ([EventSpec("neg", After(("x",), -1))], "neg", "NEGATIVE_DELAY"),
     "no-dependency": ([EventSpec("none", After((), 1))], "none", "NO_DEPENDENCY"),
     "duplicate-of-scheduled": ([EventSpec("x", At(500))], "x", "DUPLICATE_EVENT"),
     "duplicate-of-fired": ([EventSpec("done", At(500))], "done", "DUPLICATE_EVENT"),
-    "duplicate-in-batch": ([EventSpec("twin", At(50)), EventSpec("twin", At(60))], "twin", "DUPLICATE_EVENT"),
-    "raising-condition": ([EventSpec("ok2", At(30)), EventSpec("bad-cond", When(_boom))], "bad-cond", "CONDITION_FAILED"),
-    "after-fired-dep-in-past": ([EventSpec("stale", After(("done",), 5))], "stale", "EVENT_IN_PAST"),
+    "duplicate-in-batch": (
+        [EventSpec("twin", At(50)), EventSpec("twin", At(60))],
+        "twin",
+        "DUPLICATE_EVENT",
+    ),
+    "raising-condition": (
+        [EventSpec("ok2", At(30)), EventSpec("bad-cond", When(_boom))],
+        "bad-cond",
+        "CONDITION_FAILED",
+    ),
+    "after-fired-dep-in-past": (
+        [EventSpec("stale", After(("done",), 5))],
+        "stale",
+        "EVENT_IN_PAST",
+    ),
 }
 
 
