@@ -98,7 +98,7 @@ class Harness:
     ) -> http.HTTPFlow:
         f = tflow.tflow()
         f.client_conn.sockname = ("127.0.0.1", port)
-        h = {"content-type": "application/json"}
+        h: dict[str | bytes, str | bytes] = {"content-type": "application/json"}
         if key is not None:
             h["authorization"] = f"Bearer {key}"
         h.update(headers or {})
@@ -136,7 +136,7 @@ class Harness:
 async def harness(daemon: FakeDaemon, short_dir: Path) -> AsyncIterator[Harness]:
     addon = SclateCapture()
     spool = short_dir / "spool"
-    with taddons.context(addon) as tctx:
+    with taddons.context(addon) as tctx:  # type: ignore[no-untyped-call]
         tctx.configure(
             addon,
             sclate_roles="4001=agent,4002=memory,4003=aux",
@@ -342,7 +342,7 @@ async def test_token_flags_injected_only_when_absent(harness: Harness, daemon: F
     assert rec.injected == ("return_token_ids", "logprobs")
     assert rec.request["return_token_ids"] is True
 
-    harness.tctx.options.update(sclate_request_tokens=False)
+    harness.tctx.options.update(sclate_request_tokens=False)  # type: ignore[no-untyped-call]
     f4 = harness.flow()
     original = f4.request.content
     await harness.send(f4)
