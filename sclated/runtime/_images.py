@@ -1,0 +1,677 @@
+"""Locally built, content-addressed sandbox images.
+
+No image registry is reachable, so every image is built here:
+
+* ``sclate-base`` is a Debian ``debootstrap --variant=minbase`` root filesystem,
+  streamed as a tar into the engine's import endpoint.
+* Every other image is a recipe folder under ``images/`` (a Dockerfile plus
+  context files) built with the engine's build API ``FROM`` its parent's exact
+  tag, which the builder passes as the ``BASE_IMAGE`` build argument.
+
+An image's tag is a hash of everything that determines its content: the recipe
+files, the pinned wheel requirements, host files copied in (libfaketime) and
+the parent's tag. A tag that exists is never rebuilt, so ``build_all`` is quick
+when nothing changed, and a changed recipe gets a new tag rather than silently
+reusing a stale image.
+
+Adding an image = a folder under ``images/`` + one :func:`register` call (or an
+entry in ``_BUILTIN``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import io
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import aiodocker
+from aiodocker.exceptions import DockerError
+
+from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, SclateError
+from sclated.runtime._engine import connect, docker_error, file_chunks, is_not_found, json_lines
+from sclated.runtime._engine import raw_query as _raw_query
+
+__all__ = [
+    "BuiltImage",
+    "Debootstrap",
+    "HostFile",
+    "ImageRecipe",
+    "Progress",
+    "build_all",
+    "build_image",
+    "build_images_cli",
+    "image_ref",
+    "image_refs",
+    "images_dir",
+    "libfaketime_path",
+    "recipe_tag",
+    "recipes",
+    "register",
+]
+
+Progress = Callable[[str], None]
+
+# Bumped when the builder itself changes what ends up in images.
+_BUILDER_VERSION = "1"
+# Debian bookworm's python3 is 3.11; the wheels must match the sandbox, not the host.
+_PIP_TARGET = (
+    "--only-binary=:all:",
+    "--python-version", "3.11",
+    "--implementation", "cp",
+    "--abi", "cp311", "--abi", "abi3", "--abi", "none",
+    "--platform", "manylinux_2_36_x86_64", "--platform", "manylinux_2_28_x86_64",
+    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+    "--platform", "linux_x86_64", "--platform", "any",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Debootstrap:
+    """A root filesystem made by debootstrap (no mirror argument: its default)."""
+
+    suite: str = "bookworm"
+    variant: str = "minbase"
+    packages_file: str = "packages.txt"
+
+
+@dataclass(frozen=True)
+class HostFile:
+    """A file taken from the host into the build context at ``dest``."""
+
+    dest: str
+    locate: Callable[[], Path]
+
+
+@dataclass(frozen=True)
+class ImageRecipe:
+    name: str
+    folder: str
+    parent: str | None = None
+    debootstrap: Debootstrap | None = None
+    # A requirements file in the folder; its wheels are downloaded on the host
+    # into the context's wheels/ (containers cannot verify TLS to PyPI).
+    wheel_requirements: str | None = None
+    # Pure-Python packages PyPI has only as sdists: built into wheels on the host.
+    host_built_wheels: tuple[str, ...] = ()
+    host_files: tuple[HostFile, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    name: str
+    tag: str
+    ref: str
+    built: bool  # False when the tag already existed
+    seconds: float
+    image_id: str
+
+
+def libfaketime_path() -> Path:
+    """The libfaketime.so.1 vendored in PyPI's ``libfaketime`` package."""
+    spec = importlib.util.find_spec("libfaketime")
+    if spec is None or spec.origin is None:
+        raise FailedPrecondition(
+            "the Python package `libfaketime` (3.0.1) is not installed; "
+            "install the model extra: `pip install -e '.[model]'`"
+        )
+    base = Path(spec.origin).parent
+    found = sorted(base.rglob("libfaketime.so.1"))
+    if not found:
+        raise FailedPrecondition(
+            f"no libfaketime.so.1 inside the libfaketime package at {base}; "
+            "reinstall it: `pip install --force-reinstall libfaketime==3.0.1`"
+        )
+    return found[0]
+
+
+_BUILTIN: tuple[ImageRecipe, ...] = (
+    ImageRecipe(name="sclate-base", folder="base", debootstrap=Debootstrap()),
+    ImageRecipe(
+        name="sclate-sandbox",
+        folder="sandbox",
+        parent="sclate-base",
+        wheel_requirements="requirements.txt",
+        host_built_wheels=("pyperclip==1.9.0",),  # a mitmproxy 11.0.2 dependency
+        host_files=(HostFile("faketime/libfaketime.so.1", libfaketime_path),),
+    ),
+)
+_REGISTRY: dict[str, ImageRecipe] = {r.name: r for r in _BUILTIN}
+
+
+def register(recipe: ImageRecipe) -> None:
+    """Add an image (its parent must be registered first)."""
+    if recipe.parent is not None and recipe.parent not in _REGISTRY:
+        raise InvalidArgument(
+            f"image {recipe.name!r}: parent {recipe.parent!r} is not registered; "
+            "register the parent first",
+            field="parent",
+        )
+    if (recipe.parent is None) == (recipe.debootstrap is None):
+        raise InvalidArgument(
+            f"image {recipe.name!r}: give exactly one of parent (a Dockerfile build) "
+            "or debootstrap (a root filesystem)"
+        )
+    _REGISTRY[recipe.name] = recipe
+
+
+def recipes() -> list[ImageRecipe]:
+    """Registered recipes, parents before children."""
+    return list(_REGISTRY.values())
+
+
+def _recipe(name: str) -> ImageRecipe:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise NotFound(
+            f"no image recipe named {name!r}; known: {', '.join(_REGISTRY)}"
+        ) from None
+
+
+def images_dir() -> Path:
+    env = os.environ.get("SCLATE_IMAGES_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "images"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("SCLATE_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "sclate"
+
+
+def _folder(recipe: ImageRecipe) -> Path:
+    path = images_dir() / recipe.folder
+    if not path.is_dir():
+        raise FailedPrecondition(
+            f"image recipe folder {path} is missing; run from a sclate checkout "
+            "or set SCLATE_IMAGES_DIR to its images/ folder"
+        )
+    return path
+
+
+def _recipe_files(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
+
+
+def _sha_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _wheel_key(recipe: ImageRecipe, folder: Path) -> str:
+    h = hashlib.sha256()
+    if recipe.wheel_requirements:
+        h.update((folder / recipe.wheel_requirements).read_bytes())
+    for spec in recipe.host_built_wheels:
+        h.update(spec.encode() + b"\0")
+    h.update("\0".join(_PIP_TARGET).encode())
+    return h.hexdigest()[:16]
+
+
+def recipe_tag(name: str) -> str:
+    """The content hash tag of an image (reads small files: call off the loop)."""
+    recipe = _recipe(name)
+    folder = _folder(recipe)
+    h = hashlib.sha256()
+    h.update(f"builder={_BUILDER_VERSION}\0name={recipe.name}\0".encode())
+    if recipe.parent is not None:
+        h.update(f"parent={recipe.parent}:{recipe_tag(recipe.parent)}\0".encode())
+    if recipe.debootstrap is not None:
+        d = recipe.debootstrap
+        h.update(f"debootstrap={d.suite}/{d.variant}/{d.packages_file}\0".encode())
+    for path in _recipe_files(folder):
+        h.update(f"file={path.relative_to(folder)}:{_sha_file(path)}\0".encode())
+        # The mode matters too: an executable bit lost would change the image.
+        h.update(f"mode={path.stat().st_mode & 0o777:o}\0".encode())
+    if recipe.wheel_requirements or recipe.host_built_wheels:
+        h.update(f"wheels={_wheel_key(recipe, folder)}\0".encode())
+    for hf in recipe.host_files:
+        h.update(f"host={hf.dest}:{_sha_file(hf.locate())}\0".encode())
+    return h.hexdigest()[:16]
+
+
+async def image_ref(name: str) -> str:
+    """``name:tag`` for a registered image, the reference containers should use."""
+    tag = await asyncio.to_thread(recipe_tag, name)
+    return f"{name}:{tag}"
+
+
+async def image_refs() -> dict[str, str]:
+    return {r.name: await image_ref(r.name) for r in recipes()}
+
+
+# --------------------------------------------------------------------- building
+
+
+class _BuildLock:
+    """One builder at a time per machine (tests and daemons may race to build)."""
+
+    _local = asyncio.Lock()
+
+    def __init__(self) -> None:
+        self._fh: IO[bytes] | None = None
+
+    async def __aenter__(self) -> None:
+        await self._local.acquire()
+        try:
+            path = cache_dir() / "build.lock"
+            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+            fh = await asyncio.to_thread(open, path, "ab")
+            await asyncio.to_thread(fcntl.flock, fh.fileno(), fcntl.LOCK_EX)
+            self._fh = fh
+        except BaseException:
+            self._local.release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            if self._fh is not None:
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+                self._fh.close()
+                self._fh = None
+        finally:
+            self._local.release()
+
+
+async def _image_id(docker: aiodocker.Docker, ref: str) -> str | None:
+    try:
+        info = await docker.images.inspect(ref)
+    except DockerError as exc:
+        if is_not_found(exc):
+            return None
+        raise docker_error(exc, f"inspecting image {ref}") from exc
+    return str(info["Id"])
+
+
+async def build_all(
+    progress: Progress | None = None, *, names: Sequence[str] | None = None
+) -> list[BuiltImage]:
+    """Build every registered image (or ``names`` and their parents) that is missing."""
+    say = progress or (lambda _line: None)
+    wanted = list(names) if names else [r.name for r in recipes()]
+    order: list[str] = []
+    for name in wanted:
+        chain: list[str] = []
+        cur: str | None = name
+        while cur is not None:
+            chain.append(cur)
+            cur = _recipe(cur).parent
+        for n in reversed(chain):
+            if n not in order:
+                order.append(n)
+    docker = await connect()
+    try:
+        async with _BuildLock():
+            return [await _build_one(docker, n, say) for n in order]
+    finally:
+        await docker.close()
+
+
+async def build_image(name: str, progress: Progress | None = None) -> BuiltImage:
+    """Build one image (and any missing parent); returns the image itself."""
+    return (await build_all(progress, names=[name]))[-1]
+
+
+async def _build_one(docker: aiodocker.Docker, name: str, say: Progress) -> BuiltImage:
+    recipe = _recipe(name)
+    tag = await asyncio.to_thread(recipe_tag, name)
+    ref = f"{name}:{tag}"
+    start = time.monotonic()
+    existing = await _image_id(docker, ref)
+    if existing is not None:
+        say(f"{ref}: up to date")
+        await _tag_latest(docker, ref, name)
+        return BuiltImage(name, tag, ref, False, time.monotonic() - start, existing)
+    say(f"{ref}: building")
+    if recipe.debootstrap is not None:
+        await _build_debootstrap(docker, recipe, tag, say)
+    else:
+        await _build_dockerfile(docker, recipe, tag, say)
+    image_id = await _image_id(docker, ref)
+    if image_id is None:
+        raise FailedPrecondition(f"{ref}: the engine reported success but has no such image")
+    await _tag_latest(docker, ref, name)
+    seconds = time.monotonic() - start
+    say(f"{ref}: built in {seconds:.1f} s")
+    return BuiltImage(name, tag, ref, True, seconds, image_id)
+
+
+async def _tag_latest(docker: aiodocker.Docker, ref: str, name: str) -> None:
+    # `latest` is for humans and for other recipes' FROM lines in ad-hoc use;
+    # the runtime always resolves the hash tag.
+    try:
+        await docker.images.tag(ref, name, tag="latest")
+    except DockerError as exc:
+        raise docker_error(exc, f"tagging {ref} as {name}:latest") from exc
+
+
+async def _stream_process(
+    argv: Sequence[str], say: Progress, prefix: str, *, keep: int = 40
+) -> list[str]:
+    """Run a host command, showing its output; raise with its tail on failure."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    tail: list[str] = []
+    try:
+        async for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            if not line:
+                continue
+            tail = [*tail[-keep:], line]
+            # pip on this host warns once per package about a missing local
+            # index; it is noise, not progress.
+            if "is ignored: it is neither a file nor a directory" not in line:
+                say(f"{prefix}{line}")
+        code = await proc.wait()
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
+    if code != 0:
+        raise FailedPrecondition(
+            f"`{' '.join(argv[:3])} ...` failed with exit code {code}:\n" + "\n".join(tail[-15:])
+        )
+    return tail
+
+
+# debootstrap -> tar -> /images/create?fromSrc=-
+
+
+async def _build_debootstrap(
+    docker: aiodocker.Docker, recipe: ImageRecipe, tag: str, say: Progress
+) -> None:
+    assert recipe.debootstrap is not None
+    spec = recipe.debootstrap
+    if os.geteuid() != 0:
+        raise FailedPrecondition(
+            f"building {recipe.name} runs debootstrap, which needs root: "
+            "run `sudo .venv/bin/sclate images build` once"
+        )
+    tool = shutil.which("debootstrap")
+    if tool is None:
+        raise FailedPrecondition(
+            "debootstrap is not installed; run `make system` (or `apt-get install debootstrap`)"
+        )
+    folder = _folder(recipe)
+    text = await asyncio.to_thread((folder / spec.packages_file).read_text)
+    packages = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="sclate-base-", dir="/var/tmp"))
+    root = work / "root"
+    try:
+        argv = [tool, f"--variant={spec.variant}"]
+        if packages:
+            argv.append("--include=" + ",".join(packages))
+        argv += [spec.suite, str(root)]
+        say(f"{recipe.name}: debootstrap {spec.suite} ({len(packages)} extra packages)")
+        await _stream_process(argv, say, "  debootstrap: ")
+        await asyncio.to_thread(_slim_rootfs, root)
+        say(f"{recipe.name}: importing the root filesystem")
+        await _import_rootfs(docker, root, recipe.name, tag, say)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, work, True)
+
+
+def _slim_rootfs(root: Path) -> None:
+    # Downloaded .debs and package lists are a third of the tree and useless in
+    # a sandbox with no network.
+    for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        base = root / sub
+        if not base.is_dir():
+            continue
+        for entry in base.iterdir():
+            if entry.is_file() and entry.name != "lock":
+                entry.unlink()
+
+
+async def _import_rootfs(
+    docker: aiodocker.Docker, root: Path, repo: str, tag: str, say: Progress
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        "tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", "-", ".",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    stdout, stderr = proc.stdout, proc.stderr
+    sent = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while True:
+            chunk = await stdout.read(1 << 20)
+            if not chunk:
+                return
+            sent += len(chunk)
+            if sent // (64 << 20) != (sent - len(chunk)) // (64 << 20):
+                say(f"  import: {sent >> 20} MiB sent")
+            yield chunk
+
+    errors: list[str] = []
+
+    def on_item(item: dict[str, Any]) -> None:
+        if "error" in item:
+            errors.append(str(item["error"]))
+        elif item.get("status"):
+            say(f"  import: {item['status']}")
+
+    try:
+        async with _raw_query(
+            docker,
+            "images/create",
+            "POST",
+            params={"fromSrc": "-", "repo": repo, "tag": tag, "message": "sclate debootstrap"},
+            data=body(),
+            headers={"Content-Type": "application/x-tar"},
+        ) as response:
+            await json_lines(response, on_item)
+    except DockerError as exc:
+        raise docker_error(exc, f"importing {repo}:{tag}") from exc
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        err = await stderr.read()
+        code = await proc.wait()
+    if code not in (0, -9):
+        raise FailedPrecondition(f"tar of the root filesystem failed: {err.decode()[-500:]}")
+    if errors:
+        raise FailedPrecondition(f"importing {repo}:{tag} failed: {'; '.join(errors)}")
+
+
+# Dockerfile builds
+
+
+async def _prepare_wheels(recipe: ImageRecipe, folder: Path, say: Progress) -> Path:
+    """Wheels for the recipe, downloaded once into the cache."""
+    key = await asyncio.to_thread(_wheel_key, recipe, folder)
+    dest = cache_dir() / "image-wheels" / key
+    done = dest / ".complete"
+    if await asyncio.to_thread(done.exists):
+        say(f"{recipe.name}: wheels cached in {dest}")
+        return dest
+    await asyncio.to_thread(dest.mkdir, parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip"]
+    if recipe.host_built_wheels:
+        say(f"{recipe.name}: building pure-Python wheels {', '.join(recipe.host_built_wheels)}")
+        await _stream_process(
+            [*pip, "wheel", "--no-deps", "--wheel-dir", str(dest), *recipe.host_built_wheels],
+            say,
+            "  pip: ",
+        )
+    if recipe.wheel_requirements:
+        req = folder / recipe.wheel_requirements
+        say(f"{recipe.name}: downloading wheels for {req.name}")
+        await _stream_process(
+            [*pip, "download", *_PIP_TARGET, "--find-links", str(dest), "--dest", str(dest),
+             "-r", str(req)],
+            say,
+            "  pip: ",
+        )  # fmt: skip
+    await asyncio.to_thread(done.touch)
+    return dest
+
+
+def _write_context(
+    tar_path: Path, folder: Path, wheels: Path | None, extra: Iterable[tuple[str, Path]]
+) -> None:
+    with tarfile.open(tar_path, "w") as tar:
+        for path in _recipe_files(folder):
+            tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+        if wheels is not None:
+            info = tarfile.TarInfo("wheels")
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o755
+            tar.addfile(info)
+            for whl in sorted(wheels.glob("*.whl")):
+                tar.add(whl, arcname=f"wheels/{whl.name}", recursive=False)
+        for dest, src in extra:
+            tar.add(src, arcname=dest, recursive=False)
+        # Keep the context self-describing when debugging a failed build.
+        note = b"build context generated by sclated.runtime._images\n"
+        info = tarfile.TarInfo(".sclate-context")
+        info.size = len(note)
+        tar.addfile(info, io.BytesIO(note))
+
+
+async def _build_dockerfile(
+    docker: aiodocker.Docker, recipe: ImageRecipe, tag: str, say: Progress
+) -> None:
+    assert recipe.parent is not None
+    folder = _folder(recipe)
+    if not await asyncio.to_thread((folder / "Dockerfile").is_file):
+        raise FailedPrecondition(f"image recipe {folder} has no Dockerfile")
+    parent_ref = await image_ref(recipe.parent)
+    if await _image_id(docker, parent_ref) is None:
+        raise FailedPrecondition(f"{recipe.name}: parent image {parent_ref} is missing")
+    wheels = None
+    if recipe.wheel_requirements or recipe.host_built_wheels:
+        wheels = await _prepare_wheels(recipe, folder, say)
+    extra = [(hf.dest, await asyncio.to_thread(hf.locate)) for hf in recipe.host_files]
+    work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="sclate-ctx-"))
+    try:
+        ctx = work / "context.tar"
+        await asyncio.to_thread(_write_context, ctx, folder, wheels, extra)
+        size = (await asyncio.to_thread(ctx.stat)).st_size
+        say(f"{recipe.name}: sending a {size / 1e6:.1f} MB build context")
+        errors: list[str] = []
+
+        def on_item(item: dict[str, Any]) -> None:
+            if "error" in item:
+                errors.append(str(item["error"]))
+            elif "stream" in item:
+                for line in str(item["stream"]).splitlines():
+                    if line.strip():
+                        say(f"  build: {line.rstrip()}")
+            elif item.get("status"):
+                say(f"  build: {item['status']}")
+
+        try:
+            async with _raw_query(
+                docker,
+                "build",
+                "POST",
+                params={
+                    "t": f"{recipe.name}:{tag}",
+                    "rm": "1",
+                    "forcerm": "1",
+                    "pull": "0",
+                    "buildargs": f'{{"BASE_IMAGE": "{parent_ref}"}}',
+                    "labels": f'{{"sclate.image": "{recipe.name}", "sclate.recipe": "{tag}"}}',
+                },
+                data=file_chunks(ctx),
+                headers={"Content-Type": "application/x-tar"},
+            ) as response:
+                await json_lines(response, on_item)
+        except DockerError as exc:
+            raise docker_error(exc, f"building {recipe.name}:{tag}") from exc
+        if errors:
+            raise FailedPrecondition(f"building {recipe.name}:{tag} failed: {'; '.join(errors)}")
+    finally:
+        await asyncio.to_thread(shutil.rmtree, work, True)
+
+
+# ---------------------------------------------------------------------- the CLI
+
+
+def build_images_cli(argv: Sequence[str] | None = None) -> int:
+    """``sclate images build [--only NAME ...] [--check]``; returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="sclate images build",
+        description="Build the sandbox images locally (content-hashed; existing tags are kept).",
+    )
+    parser.add_argument("--only", action="append", metavar="NAME", help="build NAME (+parents)")
+    parser.add_argument("--check", action="store_true", help="only report what is missing")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        if args.check:
+            return asyncio.run(_check(args.only))
+        return asyncio.run(_build_cli(args.only, args.quiet))
+    except SclateError as exc:
+        print(f"sclate images build: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _check(only: list[str] | None) -> int:
+    docker = await connect()
+    missing = 0
+    try:
+        for recipe in recipes():
+            if only and recipe.name not in only:
+                continue
+            ref = await image_ref(recipe.name)
+            present = await _image_id(docker, ref) is not None
+            missing += not present
+            print(f"{ref}\t{'present' if present else 'MISSING'}")
+    finally:
+        await docker.close()
+    return 1 if missing else 0
+
+
+async def _build_cli(only: list[str] | None, quiet: bool) -> int:
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def say(line: str) -> None:
+        if quiet:
+            return
+        if line.startswith("  "):
+            console.print(line, style="dim", markup=False)
+        else:
+            console.print(f"[images] {line}", style="bold", markup=False)
+
+    built = await build_all(say, names=only)
+    for image in built:
+        state = "built" if image.built else "present"
+        print(f"{image.ref}\t{state}\t{image.seconds:.1f}s\t{image.image_id[:19]}")
+    return 0
