@@ -153,7 +153,10 @@ class RunLoop:
         return rec
 
     def register(self, specs: list[EventSpec]) -> InputRecord:
-        self.scheduler.advance(self.clock.now())
+        return self._register_at(self.clock.now(), specs)
+
+    def _register_at(self, now: int, specs: list[EventSpec]) -> InputRecord:
+        self.scheduler.advance(now)
         self.scheduler.register(specs)
         rec = self.scheduler.journal[-1]
         assert isinstance(rec, InputRecord)
@@ -178,10 +181,13 @@ class RunLoop:
         wait_id = f"wake:{waiter}:{next(self._wait_ids)}"
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiters[wait_id] = fut
-        self.register([EventSpec(wait_id, At(sim_ns), (Wake(wait_id),), priority=Priority.HIGH)])
-        if lease is not None:
-            self.leases.release(lease)
         try:
+            # Validated against the same `now` as above: a flowing clock read a
+            # second time would already be past a wake-up asked for "now".
+            spec = EventSpec(wait_id, At(sim_ns), (Wake(wait_id),), priority=Priority.HIGH)
+            self._register_at(now, [spec])
+            if lease is not None:
+                self.leases.release(lease)
             return await fut
         finally:
             self._waiters.pop(wait_id, None)
@@ -227,12 +233,23 @@ class RunLoop:
                 nxt = self.scheduler.next_due_ns()
                 if self._end_ns is not None and (nxt is None or nxt > self._end_ns):
                     nxt = self._end_ns
-                if self.clock.can_jump():
-                    if nxt is None:
-                        if self._stop_when_idle and not self._waiters:
-                            reason = "idle: nothing scheduled and nothing busy"
-                            break
-                    elif settle < self.clock.config.settle_passes:
+                if (
+                    nxt is None
+                    and self._stop_when_idle
+                    and not self._waiters
+                    and not self.leases.held
+                ):
+                    # Idle in any clock mode; but a task just handed a prompt
+                    # may be about to take a lease or register a wake-up, so
+                    # it gets the same settle window as a jump.
+                    if settle < self.clock.config.settle_passes:
+                        settle += 1
+                        await asyncio.sleep(0)
+                        continue
+                    reason = "idle: nothing scheduled and nothing busy"
+                    break
+                if self.clock.can_jump() and nxt is not None:
+                    if settle < self.clock.config.settle_passes:
                         # Let tasks that are about to take a lease or register an event run first.
                         settle += 1
                         await asyncio.sleep(0)

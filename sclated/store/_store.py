@@ -119,12 +119,13 @@ class JournalRow:
 class WriteBatch:
     """Everything one flush commits in a single transaction."""
 
+    inserts: list[RunRow] = field(default_factory=list)
     events: list[EventRow] = field(default_factory=list)
     journal: list[JournalRow] = field(default_factory=list)
     run_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.events or self.journal or self.run_updates)
+        return bool(self.inserts or self.events or self.journal or self.run_updates)
 
     def update_run(self, name: str, **fields: Any) -> None:
         self.run_updates.setdefault(name, {}).update(fields)
@@ -135,6 +136,26 @@ _RUN_COLUMNS = (
     "end_ns, sim_ns, last_event_seq, results, parent"
 )
 _UPDATABLE = {"state", "reason", "start_ns", "end_ns", "sim_ns", "last_event_seq", "results", "spec"}
+
+
+def _run_values(row: RunRow) -> tuple[Any, ...]:
+    return (
+        row.name,
+        row.tenant,
+        row.seq,
+        row.request_id,
+        row.request_hash,
+        json.dumps(row.spec),
+        row.state,
+        row.reason,
+        row.create_ns,
+        row.start_ns,
+        row.end_ns,
+        row.sim_ns,
+        row.last_event_seq,
+        json.dumps(row.results),
+        row.parent,
+    )
 
 
 def _row_to_run(r: Sequence[Any]) -> RunRow:
@@ -158,8 +179,11 @@ def _row_to_run(r: Sequence[Any]) -> RunRow:
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, synchronous: str = "NORMAL") -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         self.path = path
+        self.synchronous = synchronous
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sclated-store")
         self._conn: sqlite3.Connection | None = None
 
@@ -170,8 +194,10 @@ class Store:
     def _open_sync(self) -> None:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
-        # FULL: a commit survives power loss, not only a process crash.
-        conn.execute("PRAGMA synchronous=FULL")
+        # NORMAL in WAL mode: a commit survives a crash or SIGKILL of the daemon
+        # (the WAL is written before COMMIT returns); only an OS crash or power
+        # loss can drop the last transactions. FULL would fsync every commit.
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(_SCHEMA)
         self._conn = conn
@@ -211,23 +237,7 @@ class Store:
             try:
                 conn.execute(
                     f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        row.name,
-                        row.tenant,
-                        row.seq,
-                        row.request_id,
-                        row.request_hash,
-                        json.dumps(row.spec),
-                        row.state,
-                        row.reason,
-                        row.create_ns,
-                        row.start_ns,
-                        row.end_ns,
-                        row.sim_ns,
-                        row.last_event_seq,
-                        json.dumps(row.results),
-                        row.parent,
-                    ),
+                    _run_values(row),
                 )
             except sqlite3.IntegrityError as exc:
                 raise AlreadyExists(f"run {row.name!r} already exists", field="run_id") from exc
@@ -273,6 +283,16 @@ class Store:
 
         return await self._run(q)
 
+    async def max_run_seq(self) -> int:
+        return await self._run(lambda: int(self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM runs").fetchone()[0]))
+
+    async def request_index(self) -> dict[tuple[str, str], str]:
+        def q() -> dict[tuple[str, str], str]:
+            rows = self.conn.execute("SELECT tenant, request_id, name FROM runs WHERE request_id IS NOT NULL")
+            return {(r[0], r[1]): r[2] for r in rows}
+
+        return await self._run(q)
+
     async def runs_in_states(self, states: Iterable[str]) -> list[RunRow]:
         states = list(states)
 
@@ -301,6 +321,11 @@ class Store:
             return
 
         def tx(conn: sqlite3.Connection) -> None:
+            for row in batch.inserts:
+                conn.execute(
+                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    _run_values(row),
+                )
             if batch.events:
                 conn.executemany(
                     "INSERT OR IGNORE INTO run_events (run, seq, kind, sim_ns, wall_ns, payload) VALUES (?,?,?,?,?,?)",

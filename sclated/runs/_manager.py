@@ -1,0 +1,603 @@
+"""Many runs in one daemon: admission, tenants, durability, watchers.
+
+Everything a run reports (events, journal entries, state) goes into one
+write batch that a flusher commits every few milliseconds in a single SQLite
+transaction; watchers see an event only after it is committed, so a client
+never holds an event that a crash could take back. Calls that acknowledge a
+change (create, cancel, resume) wait for the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sclated.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    SclateError,
+    Unavailable,
+)
+from sclated.runs._registry import Registry
+from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
+from sclated.runs._worker import RunOutcome, RunWorker, load_scenario
+from sclated.store import EventRow, JournalRow, RunRow, Store, WriteBatch
+
+__all__ = ["ACTIVE_STATES", "TERMINAL_STATES", "ManagerConfig", "RunManager", "RunView"]
+
+log = logging.getLogger("sclated.runs")
+
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING"})
+STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "INTERRUPTED")
+MAX_PAGE_SIZE = 1000
+DEFAULT_PAGE_SIZE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerConfig:
+    max_running: int = 64
+    """Runs executing at once; the rest wait PENDING in creation order."""
+    tenant_max_running: int = 64
+    tenant_max_active: int = 10_000
+    """PENDING + RUNNING runs one tenant may have; more is RESOURCE_EXHAUSTED."""
+    flush_interval_s: float = 0.01
+    memory_events: int = 4096
+    """Recent committed events kept per live run, so watchers rarely hit the disk."""
+    resume_on_start: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_running", "tenant_max_running", "tenant_max_active", "memory_events"):
+            if getattr(self, name) < 1:
+                raise InvalidArgument(f"{name} must be at least 1", field=name)
+        if not 0 < self.flush_interval_s <= 1:
+            raise InvalidArgument("flush_interval_s must be in (0, 1]", field="flush_interval_s")
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """A run as the API shows it."""
+
+    run_id: str
+    tenant: str
+    spec: RunSpec
+    state: str
+    reason: str
+    create_ns: int
+    start_ns: int | None
+    end_ns: int | None
+    sim_ns: int | None
+    last_event_seq: int
+    results: dict[str, Any]
+    parent: str
+
+    @property
+    def name(self) -> str:
+        return f"runs/{self.run_id}"
+
+
+@dataclass(eq=False, slots=True)
+class _Live:
+    row: RunRow
+    next_seq: int
+    resume: bool = False
+    task: asyncio.Task[None] | None = None
+    stop_reason: str = ""
+    committed: list[EventRow] = field(default_factory=list)
+    uncommitted: list[EventRow] = field(default_factory=list)
+    notify: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.row.name
+
+
+def _key(tenant: str, run_id: str) -> str:
+    return f"{tenant}/{run_id}"
+
+
+def _run_id_of(key: str) -> str:
+    return key.split("/", 1)[1]
+
+
+def parse_run_name(name: str, field_name: str = "name") -> str:
+    if not name.startswith("runs/"):
+        raise InvalidArgument(f"{field_name} {name!r} must look like 'runs/{{run}}'", field=field_name)
+    return validate_run_id(name[5:], field_name)
+
+
+def _view(row: RunRow) -> RunView:
+    return RunView(
+        run_id=_run_id_of(row.name),
+        tenant=row.tenant,
+        spec=RunSpec.from_dict(row.spec),
+        state=row.state,
+        reason=row.reason,
+        create_ns=row.create_ns,
+        start_ns=row.start_ns,
+        end_ns=row.end_ns,
+        sim_ns=row.sim_ns,
+        last_event_seq=row.last_event_seq,
+        results=row.results,
+        parent=row.parent,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Filter:
+    states: tuple[str, ...] = ()
+    benchmark: str | None = None
+    harness: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> _Filter:
+        states: list[str] = []
+        benchmark = harness = None
+        labels: list[tuple[str, str]] = []
+        text = text.strip()
+        if not text:
+            return cls()
+        for term in text.split(" AND "):
+            key, sep, value = term.strip().partition("=")
+            key, value = key.strip(), value.strip().strip('"')
+            if not sep or not key or not value:
+                raise InvalidArgument(f"filter term {term.strip()!r} is not 'field=value'", field="filter")
+            if key == "state":
+                if value.upper() not in STATES:
+                    raise InvalidArgument(f"filter: unknown state {value!r}", field="filter")
+                states.append(value.upper())
+            elif key == "benchmark":
+                benchmark = value
+            elif key == "harness":
+                harness = value
+            elif key.startswith("labels.") and len(key) > 7:
+                labels.append((key[7:], value))
+            else:
+                raise InvalidArgument(
+                    f"filter: unknown field {key!r} (state, benchmark, harness, labels.KEY)", field="filter"
+                )
+        if len(states) > 1:
+            raise InvalidArgument("filter: at most one state term", field="filter")
+        return cls(tuple(states), benchmark, harness, tuple(labels))
+
+    def matches(self, row: RunRow) -> bool:
+        if self.states and row.state not in self.states:
+            return False
+        if self.benchmark is not None and row.spec["benchmark"]["name"] != self.benchmark:
+            return False
+        if self.harness is not None and row.spec["agent"]["harness"] != self.harness:
+            return False
+        row_labels = row.spec.get("labels", {})
+        return all(row_labels.get(k) == v for k, v in self.labels)
+
+
+class _Sink:
+    """A RunSink bound to one live run."""
+
+    def __init__(self, manager: RunManager, live: _Live) -> None:
+        self._m = manager
+        self._live = live
+
+    def emit(self, kind: str, payload: dict[str, Any], sim_ns: int) -> None:
+        self._m._emit(self._live, kind, payload, sim_ns)
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        self._m._batch.journal.append(JournalRow(self._live.key, entry["seq"], entry))
+        self._m._kick()
+
+    def progress(self, sim_ns: int) -> None:
+        self._live.row.sim_ns = sim_ns
+        self._m._batch.update_run(self._live.key, sim_ns=sim_ns)
+
+
+class RunManager:
+    def __init__(self, store: Store, registry: Registry, config: ManagerConfig | None = None) -> None:
+        self.store = store
+        self.registry = registry
+        self.config = config or ManagerConfig()
+        self._live: dict[str, _Live] = {}
+        self._queue: OrderedDict[str, None] = OrderedDict()
+        self._running: set[str] = set()
+        self._requests: dict[tuple[str, str], str] = {}
+        self._batch = WriteBatch()
+        self._flush_waiters: list[asyncio.Future[None]] = []
+        self._flush_wakeup = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._accepting = False
+        self._seq = 0
+        self.judge_factory: Any = None
+
+    # -- lifecycle ------------------------------------------------------------
+    async def start(self) -> None:
+        self._seq = await self.store.max_run_seq()
+        self._requests = await self.store.request_index()
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop(), name="sclated-flusher")
+        for row in await self.store.runs_in_states(["RUNNING", "PENDING"]):
+            live = _Live(row, row.last_event_seq + 1)
+            self._live[row.name] = live
+            if row.state == "RUNNING":
+                if self.config.resume_on_start:
+                    live.resume = True
+                    self._queue[row.name] = None
+                    self._queue.move_to_end(row.name, last=False)
+                else:
+                    await self._finish(live, "INTERRUPTED", "the daemon restarted while the run was running; "
+                                       "ResumeRun continues it from its last durable point")
+            else:
+                self._queue[row.name] = None
+        self._accepting = True
+        self._admit()
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop admitting, let running runs finish for ``grace_s``, interrupt the rest, persist."""
+        self._accepting = False
+        tasks = [lv.task for lv in self._live.values() if lv.task is not None and not lv.task.done()]
+        if tasks:
+            _, still = await asyncio.wait(tasks, timeout=grace_s)
+            for lv in self._live.values():
+                if lv.task is not None and lv.task in still:
+                    lv.stop_reason = "shutdown"
+                    lv.task.cancel()
+            if still:
+                await asyncio.wait(still)
+        await self.flush()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+
+    # -- writes ----------------------------------------------------------------
+    def _kick(self) -> None:
+        self._flush_wakeup.set()
+
+    async def flush(self) -> None:
+        """Return once everything reported so far is committed."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append(fut)
+        self._kick()
+        if self._flusher is None or self._flusher.done():
+            await self._flush_once()
+        await fut
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._flush_wakeup.wait()
+            # Coalesce what arrives in the next few milliseconds into one transaction.
+            await asyncio.sleep(self.config.flush_interval_s)
+            self._flush_wakeup.clear()
+            try:
+                await self._flush_once()
+            except Exception:
+                log.exception("flushing run state failed; retrying")
+                await asyncio.sleep(0.5)
+                self._kick()
+
+    async def _flush_once(self) -> None:
+        batch, self._batch = self._batch, WriteBatch()
+        waiters, self._flush_waiters = self._flush_waiters, []
+        touched = [lv for lv in self._live.values() if lv.uncommitted]
+        moved = {id(lv): lv.uncommitted for lv in touched}
+        for lv in touched:
+            lv.uncommitted = []
+        try:
+            await self.store.write(batch)
+        except BaseException:
+            # Put everything back in front of what arrived meanwhile.
+            batch.inserts.extend(self._batch.inserts)
+            batch.events.extend(self._batch.events)
+            batch.journal.extend(self._batch.journal)
+            for k, v in self._batch.run_updates.items():
+                batch.run_updates.setdefault(k, {}).update(v)
+            self._batch = batch
+            for lv in touched:
+                lv.uncommitted = moved[id(lv)] + lv.uncommitted
+            self._flush_waiters = waiters + self._flush_waiters
+            raise
+        for lv in touched:
+            lv.committed.extend(moved[id(lv)])
+            if len(lv.committed) > self.config.memory_events:
+                del lv.committed[: len(lv.committed) - self.config.memory_events]
+            old, lv.notify = lv.notify, asyncio.Event()
+            old.set()
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def _emit(self, live: _Live, kind: str, payload: dict[str, Any], sim_ns: int) -> None:
+        seq = live.next_seq
+        live.next_seq += 1
+        row = EventRow(live.key, seq, kind, sim_ns, time.time_ns(), payload)
+        live.uncommitted.append(row)
+        live.row.last_event_seq = seq
+        self._batch.events.append(row)
+        self._batch.update_run(live.key, last_event_seq=seq)
+        self._kick()
+
+    def _set_state(self, live: _Live, state: str, reason: str, **fields: Any) -> None:
+        live.row.state = state
+        live.row.reason = reason
+        for k, v in fields.items():
+            setattr(live.row, k, v)
+        self._batch.update_run(live.key, state=state, reason=reason, **fields)
+        self._emit(live, "state", {"state": state, "reason": reason}, live.row.sim_ns or 0)
+
+    # -- API ---------------------------------------------------------------------
+    async def create(
+        self, tenant: str, spec: RunSpec, *, run_id: str = "", request_id: str = "", parent: str = ""
+    ) -> RunView:
+        validate_tenant(tenant)
+        if not self._accepting:
+            raise Unavailable("the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN")
+        if len(request_id) > 128:
+            raise InvalidArgument("request_id is longer than 128 characters", field="request_id")
+        request_hash = hashlib.sha256(
+            json.dumps([spec.to_dict(), run_id, parent], sort_keys=True).encode()
+        ).hexdigest()
+        if request_id:
+            existing = self._requests.get((tenant, request_id))
+            if existing is not None:
+                row = await self._row(existing)
+                if row is None:
+                    raise NotFound(f"the run created by request {request_id!r} was deleted", field="request_id")
+                if row.request_hash != request_hash:
+                    raise InvalidArgument(
+                        f"request_id {request_id!r} was used for a different request", field="request_id",
+                        reason="REQUEST_ID_REUSED",
+                    )
+                return _view(row)
+        if run_id:
+            validate_run_id(run_id)
+        else:
+            run_id = f"run-{uuid.uuid4().hex[:12]}"
+        key = _key(tenant, run_id)
+        if key in self._live or await self.store.get_run(key) is not None:
+            from sclated.errors import AlreadyExists
+
+            raise AlreadyExists(f"run runs/{run_id} already exists", field="run_id")
+        active = sum(1 for lv in self._live.values() if lv.row.tenant == tenant and not lv.finished)
+        if active >= self.config.tenant_max_active:
+            raise ResourceExhausted(
+                f"tenant {tenant!r} already has {active} pending or running runs (quota {self.config.tenant_max_active})",
+                reason="TENANT_QUOTA",
+            )
+        # Validate what the spec names now, so a bad run is refused and nothing is stored.
+        self.registry.agent(spec.agent.harness).factory(spec.agent.options)
+        await asyncio.to_thread(load_scenario, self.registry, spec)
+        self._seq += 1
+        row = RunRow(
+            name=key,
+            tenant=tenant,
+            spec=spec.to_dict(),
+            state="PENDING",
+            create_ns=time.time_ns(),
+            seq=self._seq,
+            request_id=request_id or None,
+            request_hash=request_hash,
+            parent=parent,
+        )
+        live = _Live(row, 1)
+        self._live[key] = live
+        if request_id:
+            self._requests[(tenant, request_id)] = key
+        self._batch.inserts.append(row)
+        self._emit(live, "state", {"state": "PENDING", "reason": "waiting for admission"}, 0)
+        self._queue[key] = None
+        await self.flush()
+        self._admit()
+        return _view(live.row)
+
+    async def _row(self, key: str) -> RunRow | None:
+        live = self._live.get(key)
+        if live is not None:
+            return live.row
+        return await self.store.get_run(key)
+
+    async def get(self, tenant: str, name: str) -> RunView:
+        return _view(await self._get_row(tenant, name))
+
+    async def _get_row(self, tenant: str, name: str, field_name: str = "name") -> RunRow:
+        key = _key(tenant, parse_run_name(name, field_name))
+        row = await self._row(key)
+        if row is None:
+            raise NotFound(f"run {name!r} not found", field=field_name)
+        return row
+
+    async def list(
+        self, tenant: str, *, page_size: int = 0, page_token: str = "", filter: str = ""
+    ) -> tuple[list[RunView], str]:
+        if page_size < 0:
+            raise InvalidArgument("page_size must not be negative", field="page_size")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        flt = _Filter.parse(filter)
+        fhash = hashlib.sha256(filter.encode()).hexdigest()[:16]
+        after = 0
+        if page_token:
+            try:
+                tok = json.loads(base64.urlsafe_b64decode(page_token.encode() + b"==="))
+                after = int(tok["after"])
+                if tok["f"] != fhash:
+                    raise InvalidArgument("page_token belongs to a different filter", field="page_token")
+            except InvalidArgument:
+                raise
+            except Exception:
+                raise InvalidArgument("page_token is not one this daemon issued", field="page_token") from None
+        out: list[RunView] = []
+        last_seq = after
+        exhausted = False
+        while len(out) < size and not exhausted:
+            rows = await self.store.list_runs(tenant, after_seq=last_seq, limit=size * 2, states=flt.states)
+            exhausted = len(rows) < size * 2
+            for row in rows:
+                last_seq = row.seq
+                fresh = self._live[row.name].row if row.name in self._live else row
+                if flt.matches(fresh):
+                    out.append(_view(fresh))
+                    if len(out) == size:
+                        break
+        # Runs created but not yet flushed are not listed until committed (milliseconds).
+        token = ""
+        if len(out) == size:
+            more = await self.store.list_runs(tenant, after_seq=last_seq, limit=1, states=flt.states)
+            if more:
+                token = base64.urlsafe_b64encode(json.dumps({"after": last_seq, "f": fhash}).encode()).decode().rstrip("=")
+        return out, token
+
+    async def cancel(self, tenant: str, name: str) -> RunView:
+        row = await self._get_row(tenant, name)
+        live = self._live.get(row.name)
+        if live is None or live.finished:
+            return _view(row)
+        if live.task is None:
+            self._queue.pop(live.key, None)
+            await self._finish(live, "CANCELLED", "cancelled before it started")
+        else:
+            live.stop_reason = "cancel"
+            live.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(live.task)
+        return _view(live.row)
+
+    async def delete(self, tenant: str, name: str) -> None:
+        row = await self._get_row(tenant, name)
+        if row.state in ACTIVE_STATES:
+            raise FailedPrecondition(
+                f"run {name!r} is {row.state}; cancel it before deleting it", reason="RUN_ACTIVE"
+            )
+        await self.flush()
+        await self.store.delete_run(row.name)
+        self._live.pop(row.name, None)
+        if row.request_id:
+            self._requests.pop((row.tenant, row.request_id), None)
+
+    async def resume(self, tenant: str, name: str) -> RunView:
+        row = await self._get_row(tenant, name)
+        if row.state != "INTERRUPTED":
+            raise FailedPrecondition(f"run {name!r} is {row.state}, not INTERRUPTED", reason="NOT_INTERRUPTED")
+        if not self._accepting:
+            raise Unavailable("the daemon is shutting down", reason="SHUTTING_DOWN")
+        live = _Live(row, row.last_event_seq + 1, resume=True)
+        self._live[row.name] = live
+        self._set_state(live, "PENDING", "resuming from the last durable point")
+        self._queue[row.name] = None
+        await self.flush()
+        self._admit()
+        return _view(live.row)
+
+    async def watch(self, tenant: str, name: str, after_seq: int = 0) -> AsyncIterator[EventRow]:
+        if after_seq < 0:
+            raise InvalidArgument("after_seq must not be negative", field="after_seq")
+        row = await self._get_row(tenant, name)
+        key = row.name
+        cursor = after_seq
+        while True:
+            live = self._live.get(key)
+            notify = live.notify if live is not None else None
+            batch: list[EventRow]
+            if live is not None and live.committed and live.committed[0].seq <= cursor + 1:
+                start = cursor + 1 - live.committed[0].seq
+                batch = live.committed[start:]
+            else:
+                batch = await self.store.events_after(key, cursor, 1000)
+            for ev in batch:
+                if ev.seq != cursor + 1:
+                    # Never skip: fall back to the store for the missing stretch.
+                    break
+                yield ev
+                cursor = ev.seq
+            else:
+                if batch:
+                    continue
+                live = self._live.get(key)
+                if live is None or live.finished:
+                    last = live.row.last_event_seq if live is not None else (await self._row(key) or row).last_event_seq
+                    if cursor >= last:
+                        return
+                    continue
+                if notify is not None and notify is live.notify:
+                    await notify.wait()
+                continue
+
+    # -- admission and execution ----------------------------------------------------
+    def _admit(self) -> None:
+        if not self._accepting:
+            return
+        per_tenant: dict[str, int] = {}
+        for key in self._running:
+            t = self._live[key].row.tenant
+            per_tenant[t] = per_tenant.get(t, 0) + 1
+        for key in list(self._queue):
+            if len(self._running) >= self.config.max_running:
+                return
+            live = self._live.get(key)
+            if live is None:
+                self._queue.pop(key, None)
+                continue
+            t = live.row.tenant
+            if per_tenant.get(t, 0) >= self.config.tenant_max_running:
+                continue
+            self._queue.pop(key)
+            self._running.add(key)
+            per_tenant[t] = per_tenant.get(t, 0) + 1
+            live.task = asyncio.get_running_loop().create_task(self._execute(live), name=f"run:{key}")
+
+    async def _execute(self, live: _Live) -> None:
+        outcome: RunOutcome
+        try:
+            journal = await self.store.journal(live.key) if live.resume else None
+            spec = RunSpec.from_dict(live.row.spec)
+            judge = self.judge_factory(spec) if self.judge_factory is not None else None
+            worker = RunWorker(live.key, spec, self.registry, _Sink(self, live), journal=journal, judge=judge)
+            reason = "resumed from the last durable point" if live.resume else "admitted"
+            self._set_state(live, "RUNNING", reason, start_ns=live.row.start_ns or time.time_ns())
+            outcome = await worker.run()
+        except asyncio.CancelledError:
+            if live.stop_reason == "cancel":
+                outcome = RunOutcome("CANCELLED", "cancelled by the user")
+            else:
+                outcome = RunOutcome(
+                    "INTERRUPTED",
+                    "the daemon shut down before the run finished; ResumeRun continues it from its last durable point",
+                )
+        except SclateError as exc:
+            outcome = RunOutcome("FAILED", exc.message)
+        except Exception as exc:
+            log.exception("run %s failed", live.key)
+            outcome = RunOutcome("FAILED", f"internal error: {type(exc).__name__}: {exc}")
+        try:
+            await self._finish(live, outcome.state, outcome.reason, outcome.results)
+        finally:
+            self._running.discard(live.key)
+            self._admit()
+
+    async def _finish(self, live: _Live, state: str, reason: str, results: dict[str, Any] | None = None) -> None:
+        fields: dict[str, Any] = {"end_ns": time.time_ns()}
+        if results:
+            fields["results"] = results
+        self._set_state(live, state, reason, **fields)
+        await self.flush()
+        live.finished = True
+        old, live.notify = live.notify, asyncio.Event()
+        old.set()
+        if state != "INTERRUPTED" or not self._accepting:
+            # Keep finished runs out of memory; the store has them.
+            self._live.pop(live.key, None)
+        else:
+            self._live.pop(live.key, None)
+
+    # -- introspection ------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        return {"running": len(self._running), "pending": len(self._queue), "live": len(self._live)}

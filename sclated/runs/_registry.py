@@ -1,0 +1,75 @@
+"""Which benchmarks and agents a daemon offers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters import AgentAdapter, BenchmarkAdapter
+from sclated.errors import InvalidArgument
+
+__all__ = ["AgentEntry", "Registry", "default_registry"]
+
+AgentFactory = Callable[[Mapping[str, Any]], AgentAdapter]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEntry:
+    name: str
+    description: str
+    sandboxed: bool
+    factory: AgentFactory
+    memory_systems: tuple[str, ...] = ("native",)
+
+
+@dataclass(slots=True)
+class Registry:
+    benchmarks: dict[str, BenchmarkAdapter] = field(default_factory=dict)
+    agents: dict[str, AgentEntry] = field(default_factory=dict)
+
+    def add_benchmark(self, adapter: BenchmarkAdapter) -> None:
+        self.benchmarks[adapter.info.name] = adapter
+
+    def add_agent(self, entry: AgentEntry) -> None:
+        self.agents[entry.name] = entry
+
+    def benchmark(self, name: str) -> BenchmarkAdapter:
+        try:
+            return self.benchmarks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.benchmarks))
+            raise InvalidArgument(
+                f"unknown benchmark {name!r}; this daemon has: {known}",
+                field="run.benchmark.name",
+                reason="UNKNOWN_BENCHMARK",
+            ) from None
+
+    def agent(self, name: str) -> AgentEntry:
+        try:
+            return self.agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self.agents))
+            raise InvalidArgument(
+                f"unknown agent harness {name!r}; this daemon has: {known}",
+                field="run.agent.harness",
+                reason="UNKNOWN_AGENT",
+            ) from None
+
+
+def default_registry() -> Registry:
+    from adapters.scripted import ScriptedAgent
+    from adapters.synthetic import SyntheticBenchmark
+
+    reg = Registry()
+    reg.add_benchmark(SyntheticBenchmark())
+    reg.add_agent(
+        AgentEntry(
+            name="scripted",
+            description="answers every message after a fixed busy time, inside the daemon (tests, load)",
+            sandboxed=False,
+            factory=ScriptedAgent,
+            memory_systems=("none",),
+        )
+    )
+    return reg

@@ -1,0 +1,235 @@
+"""What a run is: benchmark, agent, clock and labels, validated once.
+
+The API layer converts its messages into a :class:`RunSpec`; everything below
+it works with these frozen values and their JSON form (stored in SQLite).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sclated.clock import ClockMode
+from sclated.errors import InvalidArgument
+
+__all__ = [
+    "AgentRef",
+    "BenchmarkRef",
+    "ClockRef",
+    "ModelRef",
+    "Resources",
+    "RunSpec",
+    "validate_run_id",
+    "validate_tenant",
+]
+
+_RUN_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_TENANT = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_LABEL_KEY = re.compile(r"^[a-z]([a-z0-9_.-]{0,62})$")
+MAX_LABELS = 64
+MAX_LABEL_VALUE = 256
+MAX_TEXT = 4096
+MAX_SUBSET = 10_000
+
+
+def validate_run_id(run_id: str, field_name: str = "run_id") -> str:
+    if not _RUN_ID.match(run_id):
+        raise InvalidArgument(
+            f"{field_name} {run_id!r} must be 1-63 characters of lowercase letters, digits and '-', "
+            "starting with a letter and not ending with '-'",
+            field=field_name,
+        )
+    return run_id
+
+
+def validate_tenant(tenant: str) -> str:
+    if not _TENANT.match(tenant):
+        raise InvalidArgument(f"tenant {tenant!r} must be 1-64 of [A-Za-z0-9._-]", field="tenant")
+    return tenant
+
+
+def _text(value: Any, field_name: str, *, limit: int = MAX_TEXT) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field_name} must be a string", field=field_name)
+    if len(value) > limit:
+        raise InvalidArgument(f"{field_name} is longer than {limit} characters", field=field_name)
+    return value
+
+
+def _options(value: Any, field_name: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(f"{field_name} must be an object", field=field_name)
+    return dict(value)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkRef:
+    name: str
+    scenario: str = ""
+    data_dir: str = ""
+    subset: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRef:
+    base_url: str = ""
+    """Empty: the daemon's embedded model."""
+    api: str = "openai"
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    memory_bytes: int = 0
+    cpus: float = 0.0
+    pids: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRef:
+    harness: str
+    memory: str = ""
+    model: ModelRef = field(default_factory=ModelRef)
+    resources: Resources = field(default_factory=Resources)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClockRef:
+    mode: ClockMode = ClockMode.HYBRID
+    start_ns: int | None = None
+    rate: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    benchmark: BenchmarkRef
+    agent: AgentRef
+    clock: ClockRef = field(default_factory=ClockRef)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        b, a, c = self.benchmark, self.agent, self.clock
+        return {
+            "benchmark": {
+                "name": b.name,
+                "scenario": b.scenario,
+                "data_dir": b.data_dir,
+                "subset": list(b.subset),
+                "options": dict(b.options),
+            },
+            "agent": {
+                "harness": a.harness,
+                "memory": a.memory,
+                "model": {"base_url": a.model.base_url, "api": a.model.api, "model": a.model.model},
+                "resources": {
+                    "memory_bytes": a.resources.memory_bytes,
+                    "cpus": a.resources.cpus,
+                    "pids": a.resources.pids,
+                },
+                "options": dict(a.options),
+            },
+            "clock": {"mode": c.mode.value, "start_ns": c.start_ns, "rate": c.rate},
+            "labels": dict(self.labels),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunSpec:
+        """Parse and validate; every error names the field, as the API would."""
+        if not isinstance(d, Mapping):
+            raise InvalidArgument("run must be an object", field="run")
+        b = d.get("benchmark") or {}
+        a = d.get("agent") or {}
+        c = d.get("clock") or {}
+        if not isinstance(b, Mapping) or not isinstance(a, Mapping) or not isinstance(c, Mapping):
+            raise InvalidArgument("run.benchmark, run.agent and run.clock must be objects", field="run")
+        name = _text(b.get("name", ""), "run.benchmark.name", limit=128)
+        if not name:
+            raise InvalidArgument("run.benchmark.name is required", field="run.benchmark.name")
+        harness = _text(a.get("harness", ""), "run.agent.harness", limit=128)
+        if not harness:
+            raise InvalidArgument("run.agent.harness is required", field="run.agent.harness")
+        subset = b.get("subset") or []
+        if not isinstance(subset, list | tuple) or not all(isinstance(s, str) for s in subset):
+            raise InvalidArgument("run.benchmark.subset must be a list of strings", field="run.benchmark.subset")
+        if len(subset) > MAX_SUBSET:
+            raise InvalidArgument(f"run.benchmark.subset has more than {MAX_SUBSET} entries", field="run.benchmark.subset")
+        m = a.get("model") or {}
+        api = _text(m.get("api", "") or "openai", "run.agent.model.api", limit=32)
+        if api not in ("openai", "anthropic"):
+            raise InvalidArgument(
+                f"run.agent.model.api must be 'openai' or 'anthropic', got {api!r}", field="run.agent.model.api"
+            )
+        base_url = _text(m.get("base_url", ""), "run.agent.model.base_url")
+        if base_url and not re.match(r"^https?://[^\s/]+", base_url):
+            raise InvalidArgument(
+                f"run.agent.model.base_url {base_url!r} is not an http(s) URL", field="run.agent.model.base_url"
+            )
+        r = a.get("resources") or {}
+        resources = Resources(
+            memory_bytes=_nonneg_int(r.get("memory_bytes", 0), "run.agent.resources.memory_bytes"),
+            cpus=_nonneg_float(r.get("cpus", 0.0), "run.agent.resources.cpus"),
+            pids=_nonneg_int(r.get("pids", 0), "run.agent.resources.pids"),
+        )
+        mode_raw = c.get("mode") or "hybrid"
+        try:
+            mode = ClockMode(str(mode_raw).lower())
+        except ValueError:
+            raise InvalidArgument(
+                f"run.clock.mode must be hybrid, realtime or discrete, got {mode_raw!r}", field="run.clock.mode"
+            ) from None
+        start_ns = c.get("start_ns")
+        if start_ns is not None and (not isinstance(start_ns, int) or start_ns < 0):
+            raise InvalidArgument("run.clock.start_time must not be before 1970", field="run.clock.start_time")
+        rate = c.get("rate") or 1.0
+        if not isinstance(rate, int | float) or not 0 < rate <= 1e6:
+            raise InvalidArgument(f"run.clock.rate must be in (0, 1e6], got {rate!r}", field="run.clock.rate")
+        if mode is not ClockMode.REALTIME and rate != 1.0:
+            raise InvalidArgument("run.clock.rate applies to REALTIME clocks only", field="run.clock.rate")
+        labels = d.get("labels") or {}
+        if not isinstance(labels, Mapping):
+            raise InvalidArgument("run.labels must be a map", field="run.labels")
+        if len(labels) > MAX_LABELS:
+            raise InvalidArgument(f"run.labels has more than {MAX_LABELS} entries", field="run.labels")
+        for k, v in labels.items():
+            if not isinstance(k, str) or not _LABEL_KEY.match(k):
+                raise InvalidArgument(
+                    f"label key {k!r} must be lowercase letters, digits, '_', '.', '-' starting with a letter",
+                    field=f"run.labels.{k}",
+                )
+            _text(v, f"run.labels.{k}", limit=MAX_LABEL_VALUE)
+        return cls(
+            benchmark=BenchmarkRef(
+                name=name,
+                scenario=_text(b.get("scenario", ""), "run.benchmark.scenario", limit=128),
+                data_dir=_text(b.get("data_dir", ""), "run.benchmark.data_dir"),
+                subset=tuple(subset),
+                options=_options(b.get("options"), "run.benchmark.options"),
+            ),
+            agent=AgentRef(
+                harness=harness,
+                memory=_text(a.get("memory", ""), "run.agent.memory", limit=128),
+                model=ModelRef(base_url=base_url, api=api, model=_text(m.get("model", ""), "run.agent.model.model", limit=256)),
+                resources=resources,
+                options=_options(a.get("options"), "run.agent.options"),
+            ),
+            clock=ClockRef(mode=mode, start_ns=start_ns, rate=float(rate)),
+            labels=dict(labels),
+        )
+
+
+def _nonneg_int(v: Any, field_name: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise InvalidArgument(f"{field_name} must be a non-negative integer", field=field_name)
+    return v
+
+
+def _nonneg_float(v: Any, field_name: str) -> float:
+    if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
+        raise InvalidArgument(f"{field_name} must be a non-negative number", field=field_name)
+    return float(v)

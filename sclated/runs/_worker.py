@@ -1,0 +1,393 @@
+"""One run, from its spec to its results.
+
+The worker loads the benchmark scenario and the agent, builds the scheduler,
+clock and loop, executes effects (agent turns, session control, grading),
+and reports everything that happens to a :class:`RunSink` (which makes it
+durable and visible to watchers). A run can start fresh or resume from a
+durable journal: replay restores the scheduler exactly, then deliveries and
+gradings that were in flight are dispatched again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+from collections.abc import Awaitable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from adapters import AgentAdapter, Scenario, ScenarioConfig, Verdict
+from sclated.clock import ClockConfig, Jump, Lease, LeaseChange, SimClock
+from sclated.errors import FailedPrecondition, InvalidArgument, SclateError
+from sclated.runs._journal_json import entry_from_json, entry_to_json
+from sclated.runs._loop import RunLoop, RunSummary
+from sclated.runs._registry import Registry
+from sclated.runs._spec import RunSpec
+from sclated.scheduler import (
+    AgentControl,
+    DeliverPrompt,
+    Effect,
+    ExecInSandbox,
+    FireRecord,
+    Grade,
+    InputRecord,
+    Notify,
+    SaveSnapshot,
+    Scheduler,
+    StopRun,
+    replay,
+)
+
+__all__ = ["RunOutcome", "RunSink", "RunWorker", "load_scenario"]
+
+_REPLY_LIMIT = 4096
+
+
+class RunSink(Protocol):
+    def emit(self, kind: str, payload: dict[str, Any], sim_ns: int) -> None: ...
+    def journal(self, entry: dict[str, Any]) -> None: ...
+    def progress(self, sim_ns: int) -> None: ...
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    state: str
+    reason: str
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+def load_scenario(registry: Registry, spec: RunSpec) -> Scenario:
+    """Load (and so validate) the benchmark scenario a spec names."""
+    bench = registry.benchmark(spec.benchmark.name)
+    data_dir = Path(spec.benchmark.data_dir) if spec.benchmark.data_dir else None
+    if data_dir is not None and not data_dir.is_dir():
+        raise InvalidArgument(
+            f"run.benchmark.data_dir {str(data_dir)!r} is not a directory on the daemon's host",
+            field="run.benchmark.data_dir",
+        )
+    return bench.load(
+        ScenarioConfig(
+            data_dir=data_dir,
+            scenario=spec.benchmark.scenario or None,
+            subset=spec.benchmark.subset,
+            options=spec.benchmark.options,
+        )
+    )
+
+
+class _GradeContext:
+    def __init__(self, worker: RunWorker) -> None:
+        self._worker = worker
+
+    async def exec_in_workspace(self, command: str, *, timeout_s: float = 120.0) -> tuple[int, str]:
+        execute = getattr(self._worker.agent, "exec_in_workspace", None)
+        if execute is None:
+            raise FailedPrecondition(
+                f"agent {self._worker.agent.name!r} has no workspace to run a check in", reason="NO_WORKSPACE"
+            )
+        result: tuple[int, str] = await execute(command, timeout_s=timeout_s)
+        return result
+
+    def reply_for(self, round_id: str) -> str | None:
+        return self._worker.replies.get(round_id)
+
+    async def judge(self, prompt: str) -> str:
+        judge = self._worker.judge
+        if judge is None:
+            raise FailedPrecondition("this run has no judge model endpoint", reason="NO_JUDGE")
+        return await judge(prompt)
+
+
+class RunWorker:
+    def __init__(
+        self,
+        name: str,
+        spec: RunSpec,
+        registry: Registry,
+        sink: RunSink,
+        *,
+        journal: list[dict[str, Any]] | None = None,
+        judge: Any = None,
+    ) -> None:
+        self.name = name
+        self.spec = spec
+        self.sink = sink
+        self.judge = judge
+        self.scenario = load_scenario(registry, spec)
+        self.agent: AgentAdapter = registry.agent(spec.agent.harness).factory(spec.agent.options)
+        self._journal_in = journal
+        self.replies: dict[str, str] = {}
+        self.verdicts: dict[str, Verdict] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._turn_lock = asyncio.Lock()
+        self._failure: BaseException | None = None
+        self._delays_ms: list[float] = []
+        self._fire_wall: dict[str, int] = {}
+        self.loop: RunLoop | None = None
+
+    # -- building -------------------------------------------------------------
+    def _make_scheduler(self) -> Scheduler:
+        start = self.spec.clock.start_ns if self.spec.clock.start_ns is not None else self.scenario.start_ns
+        sources = [*self.scenario.sources(), *self.agent.routines()]
+        return Scheduler(start_ns=start, sources=sources)
+
+    def _build(self) -> RunLoop:
+        if self._journal_in:
+            entries = [entry_from_json(e) for e in self._journal_in]
+            sched = replay(entries, self._make_scheduler)
+            for entry in sched.journal:
+                if isinstance(entry, InputRecord) and entry.kind == "action":
+                    self._note_action(entry.payload)
+        else:
+            sched = self._make_scheduler()
+            for entry in sched.journal:  # registrations made while adding sources
+                self.sink.journal(entry_to_json(entry))
+        c = self.spec.clock
+        clock = SimClock(ClockConfig(mode=c.mode, start_ns=sched.now_ns, rate=c.rate))
+        loop = RunLoop(sched, clock, self._execute, observer=self)
+        self.loop = loop
+        return loop
+
+    def _note_action(self, payload: dict[str, Any]) -> None:
+        if payload.get("kind") == "turn_end":
+            data = payload.get("data", {})
+            rid = data.get("round_id")
+            if rid:
+                self.replies[str(rid)] = str(data.get("reply", ""))
+
+    # -- observer (RunObserver) ------------------------------------------------
+    def on_fire(self, record: FireRecord, wall_ns: int) -> None:
+        self._fire_wall[record.event_id] = wall_ns
+        self.sink.journal(entry_to_json(record))
+        self.sink.emit(
+            "fire",
+            {
+                "event_id": record.event_id,
+                "source": record.source,
+                "due_ns": record.due_ns,
+                "priority": record.priority,
+                "snapshot_version": record.snapshot_version,
+                "effects": [e.kind for e in record.effects],
+            },
+            record.fired_ns,
+        )
+        self.sink.progress(record.fired_ns)
+
+    def on_jump(self, jump: Jump) -> None:
+        self.sink.emit("jump", {"from_ns": jump.from_ns, "to_ns": jump.to_ns}, jump.to_ns)
+
+    def on_lease(self, change: LeaseChange) -> None:
+        if change.kind == "heartbeat" or self.loop is None:
+            return
+        self.sink.emit(
+            "lease",
+            {
+                "change": change.kind,
+                "lease": change.lease.name,
+                "holder": change.lease.holder,
+                "held_count": change.held_count,
+            },
+            self.loop.clock.now(),
+        )
+
+    def on_input(self, record: InputRecord) -> None:
+        self.sink.journal(entry_to_json(record))
+
+    # -- effects ----------------------------------------------------------------
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and self._failure is None:
+            self._failure = exc
+            if self.loop is not None:
+                self.loop.request_stop(f"failed: {exc}")
+
+    def _lease(self, name: str, fire: FireRecord) -> Lease:
+        assert self.loop is not None
+        return self.loop.leases.acquire(name, self.agent.name, sim_ns=fire.fired_ns)
+
+    def _execute(self, fire: FireRecord, effect: Effect) -> Awaitable[None] | None:
+        if isinstance(effect, DeliverPrompt | Notify):
+            # Taken now, at the fire, so the clock cannot jump before the turn starts.
+            lease = self._lease(f"turn:{fire.event_id}", fire)
+            self._spawn(self._turn(fire, effect, lease))
+            return None
+        if isinstance(effect, Grade):
+            lease = self._lease(f"grade:{effect.check_id}", fire)
+            self._spawn(self._grade(effect, lease))
+            return None
+        if isinstance(effect, AgentControl):
+            return self._control(fire, effect)
+        if isinstance(effect, ExecInSandbox):
+            lease = self._lease(f"exec:{effect.holder}", fire)
+            self._spawn(self._exec(effect, lease))
+            return None
+        if isinstance(effect, StopRun):
+            return None
+        if isinstance(effect, SaveSnapshot):
+            raise FailedPrecondition("snapshots of in-daemon agents are taken through the API", reason="UNSUPPORTED")
+        raise FailedPrecondition(f"no executor for effect {effect.kind!r} (event {fire.event_id!r})")
+
+    async def _turn(self, fire: FireRecord, effect: DeliverPrompt | Notify, lease: Lease) -> None:
+        assert self.loop is not None
+        loop = self.loop
+        try:
+            async with self._turn_lock:
+                prompt = effect if isinstance(effect, DeliverPrompt) else DeliverPrompt(effect.text)
+                result = await self.agent.deliver(prompt)
+            lateness_ns = fire.fired_ns - fire.due_ns if loop.clock.flows else 0
+            fired_wall = self._fire_wall.get(fire.event_id, result.received_wall_ns)
+            delay_ms = (lateness_ns + max(0, result.received_wall_ns - fired_wall)) / 1e6
+            self._delays_ms.append(delay_ms)
+            round_id = prompt.round_id or ""
+            reply = result.reply[:_REPLY_LIMIT]
+            now = loop.clock.now()
+            self.sink.emit(
+                "turn",
+                {"round_id": round_id, "session": prompt.session or "", "phase": "ended", "reply": reply,
+                 "delivery_delay_ms": delay_ms},
+                now,
+            )
+            if round_id:
+                self.replies[round_id] = reply
+            loop.apply_action(
+                "agent", "turn_end", {"round_id": round_id, "event_id": fire.event_id, "reply": reply}
+            )
+        finally:
+            loop.leases.release(lease)
+
+    async def _grade(self, effect: Grade, lease: Lease) -> None:
+        assert self.loop is not None
+        loop = self.loop
+        try:
+            verdict = await self.scenario.grade(effect, _GradeContext(self))
+            self.verdicts[verdict.round_id] = verdict
+            self.sink.emit(
+                "verdict",
+                {"round_id": verdict.round_id, "graded": verdict.graded,
+                 "score": verdict.score if verdict.score is not None else 0.0, "reason": verdict.reason},
+                loop.clock.now(),
+            )
+            loop.apply_grade(effect.check_id, {"score": verdict.score, "graded": verdict.graded})
+        finally:
+            loop.leases.release(lease)
+
+    async def _control(self, fire: FireRecord, effect: AgentControl) -> None:
+        if effect.action == "start":
+            await self.agent.start_session(fire.event_id)
+        elif effect.action == "stop":
+            await self.agent.stop_session()
+        elif effect.action == "consolidate":
+            consolidate = getattr(self.agent, "consolidate", None)
+            if consolidate is not None:
+                await consolidate()
+        else:
+            raise FailedPrecondition(f"agent control {effect.action!r} is not supported by {self.agent.name!r}")
+
+    async def _exec(self, effect: ExecInSandbox, lease: Lease) -> None:
+        assert self.loop is not None
+        try:
+            await _GradeContext(self).exec_in_workspace(effect.command, timeout_s=effect.timeout_s)
+        finally:
+            self.loop.leases.release(lease)
+
+    # -- running ------------------------------------------------------------------
+    def _redispatch_unfinished(self, loop: RunLoop) -> None:
+        """After a replay: deliver again what was in flight when the previous process died."""
+        sched = loop.scheduler
+        ended = {
+            str(e.payload.get("data", {}).get("event_id"))
+            for e in sched.journal
+            if isinstance(e, InputRecord) and e.kind == "action" and e.payload.get("kind") == "turn_end"
+        }
+        graded = set(sched.snapshot().grades)
+        session_open = False
+        for fire in sched.fires:
+            for effect in fire.effects:
+                if isinstance(effect, AgentControl) and effect.target == "agent":
+                    session_open = effect.action == "start" or (session_open and effect.action != "stop")
+        if session_open:
+            self._spawn(self.agent.start_session("resumed"))
+        for fire in sched.fires:
+            for effect in fire.effects:
+                if isinstance(effect, DeliverPrompt | Notify) and fire.event_id not in ended:
+                    self._spawn(self._turn(fire, effect, self._lease(f"turn:{fire.event_id}", fire)))
+                elif isinstance(effect, Grade) and effect.check_id not in graded:
+                    self._spawn(self._grade(effect, self._lease(f"grade:{effect.check_id}", fire)))
+
+    async def run(self) -> RunOutcome:
+        loop = self._build()
+        if self._journal_in:
+            self._redispatch_unfinished(loop)
+        summary: RunSummary | None = None
+        try:
+            summary = await loop.run()
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            for task in list(self._tasks):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            with contextlib.suppress(Exception):
+                await self.agent.stop_session()
+        assert summary is not None
+        results = self.results(summary)
+        if self._failure is not None:
+            exc = self._failure
+            msg = exc.message if isinstance(exc, SclateError) else f"{type(exc).__name__}: {exc}"
+            return RunOutcome("FAILED", msg, results)
+        if summary.reason.startswith("failed"):
+            return RunOutcome("FAILED", summary.reason, results)
+        return RunOutcome("SUCCEEDED", summary.reason, results)
+
+    def results(self, summary: RunSummary | None) -> dict[str, Any]:
+        rounds = []
+        for info in self.scenario.rounds:
+            v = self.verdicts.get(info.round_id)
+            graded = bool(v and v.graded and info.gradable)
+            rounds.append(
+                {
+                    "round_id": info.round_id,
+                    "day": info.day,
+                    "kind": info.kind,
+                    "graded": graded,
+                    "score": (v.score or 0.0) if graded and v else 0.0,
+                    "reason": (v.reason if v else (info.why_ungradable or "not graded")),
+                }
+            )
+        graded_scores = [r["score"] for r in rounds if r["graded"]]
+        out: dict[str, Any] = {
+            "score": sum(graded_scores) / len(graded_scores) if graded_scores else 0.0,
+            "rounds": len(rounds),
+            "rounds_graded": len(graded_scores),
+            "round_scores": rounds,
+        }
+        if summary is not None and self.loop is not None:
+            sched = self.loop.scheduler
+            delays = self._delays_ms
+            out["scheduler"] = {
+                "events_scheduled": summary.scheduled,
+                "events_fired": summary.fires,
+                "in_order": summary.in_order,
+                "delivery_delay_ms_p50": statistics.median(delays) if delays else 0.0,
+                "delivery_delay_ms_max": max(delays) if delays else 0.0,
+                "sim_span_s": (summary.end_ns - sched.start_ns) / 1e9,
+                "wall_s": summary.wall_ns / 1e9,
+                "compression_ratio": summary.compression_ratio,
+                "compression_limit": summary.compression_limit if summary.busy_ns else 0.0,
+                "jumps": summary.jumps,
+                "unfired": summary.unfired[:100],
+                "end_reason": summary.reason,
+                "clock_mode": self.loop.clock.mode.value,
+            }
+        return out
+
