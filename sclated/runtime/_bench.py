@@ -1,0 +1,217 @@
+"""Runtime benchmark: ``await bench_sandbox()`` (or ``python -m sclated.runtime._bench``).
+
+Figures (all measured in the same process against the local engine):
+
+* ``create_start_ms_p50``: SandboxManager.create (directory layout, time file,
+  hardened labelled container, start) without the time probe.
+* ``raw_docker_run_ms_p50``: the same image created and started through the raw
+  engine API with a minimal config and the same network mode (none), interleaved
+  with the above so both see the same machine load. ``ratio`` = the two p50s.
+  ``raw_docker_run_bridge_ms_p50``: the same with the engine's default network
+  (what a bare ``docker run`` does; a veth pair makes it slower).
+* ``time_probe_ms_p50``: the start-up time probe alone (date, Python, 3-day jump).
+* ``concurrent_20_s``: 20 sandboxes created and started at once.
+* ``snapshot_s`` / ``restore_s``: with 100 MB of state in /workspace.
+* ``time_publish_ms_p50`` / ``_max``: from publish_time to a long-running process
+  inside reporting the new time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sclated.errors import SclateError
+from sclated.runtime._docker import DockerRuntime
+from sclated.runtime._images import build_all, image_ref
+from sclated.runtime._sandbox import Sandbox, SandboxManager
+from sclated.runtime._snapshot import restore, snapshot
+from sclated.runtime._spec import LABEL_DAEMON, Limits
+
+__all__ = ["bench_sandbox", "measure_publish_latency"]
+
+_NS = 1_000_000_000
+_DAY_NS = 86400 * _NS
+_SIM_START_NS = 1_893_456_000 * _NS  # 2030-01-01T00:00:00Z
+
+# Runs inside the sandbox: report every time jump (> 1 h) as soon as time() shows it.
+_WATCHER = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+last = time.time()
+s.sendall(("%r\n" % last).encode())
+while True:
+    t = time.time()
+    if abs(t - last) > 3600:
+        s.sendall(("%r\n" % t).encode())
+    last = t
+    time.sleep(0.001)
+"""
+
+
+async def measure_publish_latency(sandbox: Sandbox, jumps: int = 20) -> list[float]:
+    """Milliseconds from publish_time to a process inside seeing each of ``jumps`` jumps."""
+    sock = sandbox.paths.root / f"watch-{secrets.token_hex(3)}.sock"
+    lines: asyncio.Queue[float] = asyncio.Queue()
+
+    async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            await lines.put(float(line))
+        writer.close()
+
+    server = await asyncio.start_unix_server(on_conn, path=str(sock))
+    await asyncio.to_thread(sock.chmod, 0o666)
+    try:
+        inner = f"/run/sclate/{sock.name}"
+        script = _WATCHER.replace("'", "'\"'\"'")
+        started = await sandbox.sh(
+            f"nohup python3 -c '{script}' {inner} >/dev/null 2>&1 &", timeout_s=10
+        )
+        if not started.ok:
+            raise SclateError(f"could not start the watcher: {started.stderr!r}")
+        async with asyncio.timeout(10):
+            await lines.get()  # the watcher is up
+        sim = await sandbox.sim_now_ns()
+        out: list[float] = []
+        for i in range(jumps):
+            target = sim + (i + 1) * _DAY_NS
+            t0 = time.perf_counter()
+            await sandbox.publish_time(target)
+            async with asyncio.timeout(10):
+                while True:
+                    seen = await lines.get()
+                    if seen >= target / _NS - 5:
+                        break
+            out.append((time.perf_counter() - t0) * 1000)
+            # Let the watcher settle so jumps do not queue behind each other.
+            await asyncio.sleep(0.05)
+        return out
+    finally:
+        with contextlib.suppress(SclateError):
+            await sandbox.sh(f"pkill -f '[w]{sock.name[1:]}' || true", timeout_s=10)
+        server.close()
+        await server.wait_closed()
+        with contextlib.suppress(FileNotFoundError):
+            await asyncio.to_thread(sock.unlink)
+
+
+async def _raw_create_start(
+    rt: DockerRuntime, image: str, label: str, network: str | None = None
+) -> tuple[float, str]:
+    config: dict[str, Any] = {
+        "Image": image,
+        "Cmd": ["sleep", "infinity"],
+        "Labels": {LABEL_DAEMON: label},  # only so the final reap removes it
+    }
+    if network is not None:
+        config["HostConfig"] = {"NetworkMode": network}
+    t0 = time.perf_counter()
+    container = await rt.docker.containers.create(config)
+    await container.start()
+    return (time.perf_counter() - t0) * 1000, container.id
+
+
+async def bench_sandbox(rounds: int = 10, jumps: int = 20) -> dict[str, float]:
+    """Run the benchmark; every container and snapshot image it makes is removed."""
+    await build_all()
+    image = await image_ref("sclate-sandbox")
+    daemon = f"bench-{secrets.token_hex(4)}"
+    rt = await DockerRuntime.connect(daemon)
+    manager = SandboxManager(rt)
+    tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="sc-bench-"))
+    limits = Limits(memory_bytes=512 << 20, pids=256)
+    result: dict[str, Any] = {}
+    snap_image: str | None = None
+    try:
+
+        def spec(run: str) -> Any:
+            return manager.spec_for(
+                image=image, run=run, tenant="bench", run_dir=tmp / run, limits=limits
+            )
+
+        # Warm the engine's caches for both paths before timing anything.
+        warm = await manager.create(spec("warm"), tmp / "warm", sim_ns=_SIM_START_NS, probe=False)
+        await warm.remove()
+        _, raw_id = await _raw_create_start(rt, image, daemon)
+        await rt.remove(raw_id)
+
+        ours: list[float] = []
+        raw: list[float] = []
+        raw_bridge: list[float] = []
+        probes: list[float] = []
+        for i in range(rounds):
+            t0 = time.perf_counter()
+            sb = await manager.create(spec(f"r{i}"), tmp / f"r{i}", sim_ns=_SIM_START_NS,
+                                      probe=False)  # fmt: skip
+            ours.append((time.perf_counter() - t0) * 1000)
+            t1 = time.perf_counter()
+            await sb.probe_time()
+            probes.append((time.perf_counter() - t1) * 1000)
+            await sb.remove()
+            ms, raw_id = await _raw_create_start(rt, image, daemon, "none")
+            raw.append(ms)
+            await rt.remove(raw_id)
+            ms, raw_id = await _raw_create_start(rt, image, daemon)
+            raw_bridge.append(ms)
+            await rt.remove(raw_id)
+        result["create_start_ms_p50"] = statistics.median(ours)
+        result["raw_docker_run_ms_p50"] = statistics.median(raw)
+        result["raw_docker_run_bridge_ms_p50"] = statistics.median(raw_bridge)
+        result["ratio"] = result["create_start_ms_p50"] / result["raw_docker_run_ms_p50"]
+        result["time_probe_ms_p50"] = statistics.median(probes)
+
+        t0 = time.perf_counter()
+        many = await asyncio.gather(
+            *(
+                manager.create(spec(f"c{i}"), tmp / f"c{i}", sim_ns=_SIM_START_NS, probe=False)
+                for i in range(20)
+            )
+        )
+        result["concurrent_20_s"] = time.perf_counter() - t0
+        await asyncio.gather(*(sb.remove() for sb in many))
+
+        sb = await manager.create(spec("snap"), tmp / "snap", sim_ns=_SIM_START_NS, probe=False)
+        fill = await sb.sh("head -c 100M /dev/urandom > /workspace/state.bin && sync",
+                           timeout_s=120)  # fmt: skip
+        if not fill.ok:
+            raise SclateError(f"could not write the 100 MB state: {fill.stderr!r}")
+        t0 = time.perf_counter()
+        info = await snapshot(rt, sb.info, tmp / "snapshots" / "1")
+        result["snapshot_s"] = time.perf_counter() - t0
+        snap_image = info.image
+        result["snapshot_pause_ms"] = info.pause_ms
+        await sb.remove()
+        t0 = time.perf_counter()
+        restored = await restore(rt, info, sb.spec)
+        result["restore_s"] = time.perf_counter() - t0
+        await rt.remove(restored.id)
+
+        sb = await manager.create(spec("pub"), tmp / "pub", sim_ns=_SIM_START_NS, probe=False)
+        latencies = await measure_publish_latency(sb, jumps)
+        result["time_publish_ms_p50"] = statistics.median(latencies)
+        result["time_publish_ms_max"] = max(latencies)
+        await sb.remove()
+    finally:
+        await rt.reap(daemon, keep=set())
+        if snap_image is not None:
+            with contextlib.suppress(SclateError):
+                await rt.remove_image(snap_image)
+        await rt.close()
+        await asyncio.to_thread(shutil.rmtree, tmp, True)
+    return {k: round(float(v), 3) for k, v in result.items()}
+
+
+if __name__ == "__main__":
+    figures = asyncio.run(bench_sandbox())
+    json.dump(figures, sys.stdout, indent=2)
+    print()
