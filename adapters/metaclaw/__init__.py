@@ -1,0 +1,122 @@
+"""MetaClaw-Bench: upstream days and rounds on simulated days.
+
+``MetaClawBenchmark().load(ScenarioConfig(data_dir=...))`` reads an upstream
+data directory unchanged (e.g. ``metaclaw-bench-small``);
+``ScenarioConfig(scenario="tiny")`` loads the project's own small scenario in
+the same layout. ``subset`` keeps the named days (``day01`` ...).
+
+Options: ``scripts_dir`` (upstream ``eval/scripts`` when the data lacks it),
+``seed_dir`` (where workspace seeds are laid out; a temp dir by default),
+``day_start`` / ``consolidate_at`` (``"HH:MM"`` UTC; ``consolidate_at=None``
+turns nightly consolidation off), ``openings`` and ``standalone_feedback``
+(bools, default True).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from adapters._base import BenchmarkInfo, ScenarioConfig
+from adapters.metaclaw._data import (
+    MetaClawData,
+    MetaClawDay,
+    MetaClawRound,
+    OpeningMessage,
+    read_data,
+)
+from adapters.metaclaw._scenario import MetaClawScenario, MetaClawSource, TimelineConfig, turn_ended
+from adapters.metaclaw._scoring import (
+    extract_bbox,
+    file_check_feedback,
+    multi_choice_feedback,
+    multi_choice_score,
+    normalize_answer,
+    standalone_feedback,
+    with_feedback,
+)
+from sclated.errors import InvalidArgument, NotFound
+
+__all__ = [
+    "BUILTIN_SCENARIOS",
+    "MetaClawBenchmark",
+    "MetaClawData",
+    "MetaClawDay",
+    "MetaClawRound",
+    "MetaClawScenario",
+    "MetaClawSource",
+    "OpeningMessage",
+    "TimelineConfig",
+    "extract_bbox",
+    "file_check_feedback",
+    "multi_choice_feedback",
+    "multi_choice_score",
+    "normalize_answer",
+    "read_data",
+    "standalone_feedback",
+    "turn_ended",
+    "with_feedback",
+]
+
+_SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
+BUILTIN_SCENARIOS: tuple[str, ...] = ("tiny",)
+
+
+def _time_option(options: dict[str, Any], key: str, default: dt.time | None) -> dt.time | None:
+    if key not in options:
+        return default
+    raw = options[key]
+    if raw is None:
+        return None
+    try:
+        return dt.time.fromisoformat(str(raw))
+    except ValueError:
+        raise InvalidArgument(
+            f"option {key}={raw!r} is not a time like '09:00'", field=f"options.{key}"
+        ) from None
+
+
+class MetaClawBenchmark:
+    """The MetaClaw-Bench adapter (implements :class:`adapters.BenchmarkAdapter`)."""
+
+    @property
+    def info(self) -> BenchmarkInfo:
+        return BenchmarkInfo(
+            name="metaclaw",
+            description=(
+                "MetaClaw-Bench: multi-day workspace tasks (file_check) and preference questions "
+                "(multi_choice) with feedback carried into the next round; days on simulated time."
+            ),
+            data_format=(
+                "upstream metaclaw-bench layout: all_tests.json, eval/dayNN/questions.json, "
+                "[eval/scripts/], workspaces/shared/, "
+                "openclaw_state/agents/<agent>/sessions/*.jsonl"
+            ),
+            builtin_scenarios=BUILTIN_SCENARIOS,
+        )
+
+    def load(self, config: ScenarioConfig) -> MetaClawScenario:
+        if config.data_dir is not None:
+            root = Path(config.data_dir)
+        elif config.scenario in BUILTIN_SCENARIOS:
+            root = _SCENARIOS_DIR / str(config.scenario)
+        else:
+            raise NotFound(
+                f"no MetaClaw scenario {config.scenario!r}: "
+                f"give data_dir or one of {', '.join(BUILTIN_SCENARIOS)}"
+            )
+        options = dict(config.options)
+        scripts = options.get("scripts_dir")
+        data = read_data(root, scripts_dir=Path(scripts) if scripts else None, subset=config.subset)
+        day_start = _time_option(options, "day_start", dt.time(9, 0))
+        if day_start is None:
+            raise InvalidArgument("option day_start cannot be None", field="options.day_start")
+        timeline = TimelineConfig(
+            day_start=day_start,
+            consolidate_at=_time_option(options, "consolidate_at", dt.time(2, 0)),
+            openings=bool(options.get("openings", True)),
+            standalone_feedback=bool(options.get("standalone_feedback", True)),
+        )
+        seed = options.get("seed_dir")
+        return MetaClawScenario(data, timeline=timeline, seed_dir=Path(seed) if seed else None)
