@@ -38,7 +38,7 @@ import type {
 } from "./types";
 
 /** Options for the loader; they must match the `gen` script in package.json. */
-const LOADER_OPTIONS: protoLoader.Options = {
+export const LOADER_OPTIONS: protoLoader.Options = {
   keepCase: false,
   longs: Number,
   enums: String,
@@ -46,7 +46,7 @@ const LOADER_OPTIONS: protoLoader.Options = {
   oneofs: true,
 };
 
-const PROTO_FILE = "sclate/v1/sclate.proto";
+export const PROTO_FILE = "sclate/v1/sclate.proto";
 
 export interface SclateClientOptions {
   /** `host:port` (TCP) or `unix:/path/to/socket`. */
@@ -230,8 +230,10 @@ export class SclateClient {
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
       for await (const raw of call as AsyncIterable<RunEvent__Output>) {
+        signal?.throwIfAborted();
         yield toRunEvent(raw);
       }
+      signal?.throwIfAborted();
     } catch (e) {
       if (signal?.aborted) throw signal.reason;
       throw toSclateError("WatchRun", e);
@@ -268,7 +270,7 @@ export class SclateClient {
   }
 }
 
-function toCreateRunRequest(input: CreateRunInput): CreateRunRequest {
+export function toCreateRunRequest(input: CreateRunInput): CreateRunRequest {
   const b = input.benchmark;
   const a = input.agent;
   const benchmark: BenchmarkSpecMsg = {
