@@ -191,6 +191,8 @@ class RunLoop:
             return await fut
         finally:
             self._waiters.pop(wait_id, None)
+            # One waiter fewer may make the run idle: let the loop look again.
+            self.wake()
 
     # -- the loop ---------------------------------------------------------------
     def _on_lease(self, change: LeaseChange) -> None:
