@@ -1,0 +1,174 @@
+"""Between sclate.v1 messages and the runs room's values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from sclate.v1 import sclate_pb2 as pb
+
+from sclated.errors import InvalidArgument
+from sclated.runs import RunSpec, RunView
+from sclated.store import EventRow
+
+__all__ = ["event_to_proto", "run_spec_from_proto", "run_to_proto"]
+
+_MAX_OPTIONS_BYTES = 64 * 1024
+_CLOCK_MODES = {pb.CLOCK_MODE_UNSPECIFIED: "hybrid", pb.HYBRID: "hybrid", pb.REALTIME: "realtime", pb.DISCRETE: "discrete"}
+_CLOCK_ENUM = {"hybrid": pb.HYBRID, "realtime": pb.REALTIME, "discrete": pb.DISCRETE}
+
+
+def _ts(ns: int | None) -> timestamp_pb2.Timestamp | None:
+    if ns is None:
+        return None
+    t = timestamp_pb2.Timestamp()
+    t.FromNanoseconds(ns)
+    return t
+
+
+def _struct_to_dict(s: struct_pb2.Struct, field: str) -> dict[str, Any]:
+    if s.ByteSize() > _MAX_OPTIONS_BYTES:
+        raise InvalidArgument(f"{field} is larger than {_MAX_OPTIONS_BYTES} bytes", field=field)
+    out: dict[str, Any] = json_format.MessageToDict(s)
+    return out
+
+
+def run_spec_from_proto(run: pb.Run) -> RunSpec:
+    if not run.HasField("benchmark"):
+        raise InvalidArgument("run.benchmark is required", field="run.benchmark")
+    if not run.HasField("agent"):
+        raise InvalidArgument("run.agent is required", field="run.agent")
+    start_ns = None
+    if run.clock.HasField("start_time"):
+        start_ns = run.clock.start_time.ToNanoseconds()
+    mode = _CLOCK_MODES.get(run.clock.mode)
+    if mode is None:
+        raise InvalidArgument(f"run.clock.mode {run.clock.mode} is not a ClockMode", field="run.clock.mode")
+    b, a = run.benchmark, run.agent
+    return RunSpec.from_dict(
+        {
+            "benchmark": {
+                "name": b.name,
+                "scenario": b.scenario,
+                "data_dir": b.data_dir,
+                "subset": list(b.subset),
+                "options": _struct_to_dict(b.options, "run.benchmark.options"),
+            },
+            "agent": {
+                "harness": a.harness,
+                "memory": a.memory,
+                "model": {"base_url": a.model.base_url, "api": a.model.api or "openai", "model": a.model.model},
+                "resources": {
+                    "memory_bytes": a.resources.memory_bytes,
+                    "cpus": a.resources.cpus,
+                    "pids": a.resources.pids,
+                },
+                "options": _struct_to_dict(a.options, "run.agent.options"),
+            },
+            "clock": {"mode": mode, "start_ns": start_ns, "rate": run.clock.rate or 1.0},
+            "labels": dict(run.labels),
+        }
+    )
+
+
+def _results_to_proto(results: dict[str, Any]) -> pb.RunResults:
+    out = pb.RunResults(
+        score=float(results.get("score", 0.0)),
+        rounds=int(results.get("rounds", 0)),
+        rounds_graded=int(results.get("rounds_graded", 0)),
+        report_path=str(results.get("report_path", "")),
+        plot_path=str(results.get("plot_path", "")),
+    )
+    for r in results.get("round_scores", []):
+        out.round_scores.add(
+            round_id=r["round_id"], day=str(r.get("day", "")), kind=r.get("kind", ""),
+            graded=bool(r.get("graded")), score=float(r.get("score") or 0.0), reason=r.get("reason", ""),
+        )
+    s = results.get("scheduler")
+    if s:
+        out.scheduler.CopyFrom(
+            pb.SchedulerStats(
+                events_scheduled=s.get("events_scheduled", 0),
+                events_fired=s.get("events_fired", 0),
+                in_order=bool(s.get("in_order", False)),
+                delivery_delay_ms_p50=s.get("delivery_delay_ms_p50", 0.0),
+                delivery_delay_ms_max=s.get("delivery_delay_ms_max", 0.0),
+                sim_span_s=s.get("sim_span_s", 0.0),
+                wall_s=s.get("wall_s", 0.0),
+                compression_ratio=s.get("compression_ratio", 0.0),
+                compression_limit=s.get("compression_limit", 0.0) or 0.0,
+                jumps=s.get("jumps", 0),
+                unfired=s.get("unfired", []),
+            )
+        )
+    for c in results.get("calls", []):
+        out.calls.add(
+            role=c["role"], calls=c.get("calls", 0), prompt_tokens=c.get("prompt_tokens", 0),
+            completion_tokens=c.get("completion_tokens", 0),
+        )
+    return out
+
+
+def run_to_proto(view: RunView) -> pb.Run:
+    spec = view.spec
+    b, a, c = spec.benchmark, spec.agent, spec.clock
+    run = pb.Run(
+        name=view.name,
+        benchmark=pb.BenchmarkSpec(name=b.name, scenario=b.scenario, data_dir=b.data_dir, subset=list(b.subset)),
+        agent=pb.AgentSpec(
+            harness=a.harness,
+            memory=a.memory,
+            model=pb.ModelEndpoint(base_url=a.model.base_url, api=a.model.api, model=a.model.model),
+            resources=pb.Resources(memory_bytes=a.resources.memory_bytes, cpus=a.resources.cpus, pids=a.resources.pids),
+        ),
+        clock=pb.ClockSpec(mode=_CLOCK_ENUM[c.mode.value], rate=c.rate),
+        labels=dict(spec.labels),
+        state=pb.State.Value(view.state),
+        state_reason=view.reason,
+        last_event_seq=view.last_event_seq,
+        parent=view.parent,
+    )
+    if b.options:
+        run.benchmark.options.update(dict(b.options))
+    if a.options:
+        run.agent.options.update(dict(a.options))
+    if c.start_ns is not None:
+        run.clock.start_time.FromNanoseconds(c.start_ns)
+    for fname, ns in (("create_time", view.create_ns), ("start_time", view.start_ns),
+                      ("end_time", view.end_ns), ("sim_time", view.sim_ns)):
+        ts = _ts(ns)
+        if ts is not None:
+            getattr(run, fname).CopyFrom(ts)
+    if view.results:
+        run.results.CopyFrom(_results_to_proto(view.results))
+    return run
+
+
+def event_to_proto(ev: EventRow, run_name: str) -> pb.RunEvent:
+    out = pb.RunEvent(seq=ev.seq, run=run_name)
+    out.sim_time.FromNanoseconds(max(0, ev.sim_ns))
+    out.wall_time.FromNanoseconds(ev.wall_ns)
+    p = ev.payload
+    if ev.kind == "fire":
+        out.fire.CopyFrom(
+            pb.FireEvent(event_id=p["event_id"], source=p["source"], priority=p["priority"],
+                         snapshot_version=p["snapshot_version"], effects=p["effects"])
+        )
+        out.fire.due_time.FromNanoseconds(p["due_ns"])
+    elif ev.kind == "jump":
+        out.jump.from_time.FromNanoseconds(p["from_ns"])
+        out.jump.to_time.FromNanoseconds(p["to_ns"])
+    elif ev.kind == "lease":
+        out.lease.CopyFrom(pb.LeaseEvent(change=p["change"], lease=p["lease"], holder=p["holder"], held_count=p["held_count"]))
+    elif ev.kind == "turn":
+        out.turn.CopyFrom(
+            pb.AgentTurnEvent(round_id=p.get("round_id", ""), session=p.get("session", ""), phase=p.get("phase", ""),
+                              reply=p.get("reply", ""), delivery_delay_ms=p.get("delivery_delay_ms", 0.0))
+        )
+    elif ev.kind == "verdict":
+        out.verdict.CopyFrom(
+            pb.VerdictEvent(round_id=p["round_id"], graded=p["graded"], score=p.get("score", 0.0), reason=p.get("reason", ""))
+        )
+    elif ev.kind == "state":
+        out.state.CopyFrom(pb.StateChangeEvent(state=pb.State.Value(p["state"]), reason=p.get("reason", "")))
+    return out
