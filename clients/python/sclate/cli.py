@@ -1,0 +1,436 @@
+"""`sclate`: the command-line client of sclated, plus local tools (bench, images, model, doctor, demo)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+DEFAULT_ENDPOINT = "127.0.0.1:7431"
+SYSTEM_SOCKET = Path("/run/sclated/sclated.sock")
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- connection ------------------------------------------------------------------
+def default_endpoint() -> str:
+    env = os.environ.get("SCLATE_ENDPOINT")
+    if env:
+        return env
+    if SYSTEM_SOCKET.exists():
+        return f"unix:{SYSTEM_SOCKET}"
+    return DEFAULT_ENDPOINT
+
+
+class Client:
+    """A thin synchronous wrapper: the stub, the token, readable errors."""
+
+    def __init__(self, endpoint: str, token: str | None, tls_ca: Path | None = None) -> None:
+        import grpc
+        from sclate.v1 import sclate_pb2_grpc
+
+        self._grpc = grpc
+        if tls_ca is not None:
+            creds = grpc.ssl_channel_credentials(tls_ca.read_bytes())
+            self.channel = grpc.secure_channel(endpoint, creds)
+        else:
+            self.channel = grpc.insecure_channel(endpoint)
+        self.stub = sclate_pb2_grpc.SclateStub(self.channel)
+        self.endpoint = endpoint
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+    def call(self, method: str, request: Any, *, timeout: float | None = 30.0) -> Any:
+        fn = getattr(self.stub, method)
+        try:
+            return fn(request, metadata=self._metadata, timeout=timeout)
+        except self._grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    def stream(self, method: str, request: Any) -> Iterator[Any]:
+        fn = getattr(self.stub, method)
+        try:
+            yield from fn(request, metadata=self._metadata)
+        except self._grpc.RpcError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: Any) -> CliError:
+        code = exc.code()
+        trailers = {m.key: m.value for m in (exc.trailing_metadata() or ())}
+        extra = ", ".join(f"{k.removeprefix('sclate-')}={v}" for k, v in trailers.items() if k.startswith("sclate-"))
+        if code == self._grpc.StatusCode.UNAVAILABLE and not trailers:
+            return CliError(
+                f"cannot reach sclated at {self.endpoint}: {exc.details()}. Is the daemon running? "
+                "(start it with `sclated --state-dir DIR`, or pass --endpoint)"
+            )
+        return CliError(f"{code.name}: {exc.details()}" + (f" ({extra})" if extra else ""))
+
+
+def _to_dict(msg: Any) -> dict[str, Any]:
+    from google.protobuf import json_format
+
+    out: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    return out
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def _kv(items: Sequence[str] | None, what: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"{what} {item!r} must be KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _parse_time(text: str) -> dt.datetime:
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"--start {text!r} is not an ISO 8601 time") from None
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+# -- runs ---------------------------------------------------------------------------
+def _run_name(name: str) -> str:
+    return name if name.startswith("runs/") else f"runs/{name}"
+
+
+def _state_name(value: int) -> str:
+    from sclate.v1 import sclate_pb2 as pb
+
+    return str(pb.State.Name(value))
+
+
+def cmd_runs_create(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    run = pb.Run(
+        benchmark=pb.BenchmarkSpec(
+            name=args.benchmark, scenario=args.scenario or "", data_dir=args.data_dir or "", subset=args.subset or []
+        ),
+        agent=pb.AgentSpec(
+            harness=args.harness,
+            memory=args.memory or "",
+            model=pb.ModelEndpoint(base_url=args.model_url or "", api=args.model_api or "", model=args.model or ""),
+        ),
+        clock=pb.ClockSpec(mode=pb.ClockMode.Value(args.clock.upper()), rate=args.rate or 0.0),
+        labels={k: str(v) for k, v in _kv(args.label, "--label").items()},
+    )
+    if args.data_dir:
+        run.benchmark.data_dir = str(Path(args.data_dir).resolve())
+    bopts = _kv(args.benchmark_option, "--benchmark-option")
+    if bopts:
+        run.benchmark.options.update(bopts)
+    aopts = _kv(args.agent_option, "--agent-option")
+    if aopts:
+        run.agent.options.update(aopts)
+    if args.start:
+        run.clock.start_time.FromDatetime(_parse_time(args.start))
+    created = client.call(
+        "CreateRun", pb.CreateRunRequest(run=run, run_id=args.run_id or "", request_id=args.request_id or str(uuid.uuid4()))
+    )
+    if not args.wait:
+        _show_run(created, args.output)
+        return 0
+    final = _wait(client, created.name, args.output)
+    _show_run(final, args.output)
+    return 0 if final.state == pb.SUCCEEDED else 1
+
+
+def _wait(client: Client, name: str, output: str) -> Any:
+    from sclate.v1 import sclate_pb2 as pb
+
+    if output == "json":
+        for _ in client.stream("WatchRun", pb.WatchRunRequest(name=name)):
+            pass
+        return client.call("GetRun", pb.GetRunRequest(name=name))
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+
+    console = Console(stderr=True)
+    fires = verdicts = 0
+    state = "PENDING"
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=console, transient=True) as prog:
+        task = prog.add_task(f"{name}: {state}", total=None)
+        for ev in client.stream("WatchRun", pb.WatchRunRequest(name=name)):
+            kind = ev.WhichOneof("kind")
+            sim = ev.sim_time.ToDatetime(tzinfo=dt.UTC).strftime("%Y-%m-%d %H:%M")
+            if kind == "fire":
+                fires += 1
+            elif kind == "verdict":
+                verdicts += 1
+                console.print(f"  verdict {ev.verdict.round_id}: {'%.2f' % ev.verdict.score if ev.verdict.graded else 'ungradable'}")
+            elif kind == "state":
+                state = _state_name(ev.state.state)
+                console.print(f"  {state}: {ev.state.reason}")
+            prog.update(task, description=f"{name}: {state}  sim {sim}  fires {fires}  verdicts {verdicts}")
+    return client.call("GetRun", pb.GetRunRequest(name=name))
+
+
+def _show_run(run: Any, output: str) -> None:
+    if output == "json":
+        _print_json(_to_dict(run))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(show_header=False, box=None)
+    t.add_row("name", run.name)
+    t.add_row("state", f"{_state_name(run.state)}  {run.state_reason}")
+    t.add_row("benchmark", f"{run.benchmark.name} {run.benchmark.scenario or run.benchmark.data_dir}".strip())
+    t.add_row("agent", run.agent.harness)
+    if run.HasField("sim_time"):
+        t.add_row("sim time", run.sim_time.ToDatetime(tzinfo=dt.UTC).isoformat())
+    if run.HasField("results"):
+        r = run.results
+        t.add_row("score", f"{r.score:.3f} ({r.rounds_graded}/{r.rounds} rounds graded)")
+        s = r.scheduler
+        if s.events_scheduled:
+            t.add_row(
+                "scheduler",
+                f"{s.events_fired}/{s.events_scheduled} fired, in order: {s.in_order}, "
+                f"delay p50 {s.delivery_delay_ms_p50:.1f} ms max {s.delivery_delay_ms_max:.1f} ms, "
+                f"{s.jumps} jumps, compression {s.compression_ratio:,.0f}x (limit {s.compression_limit:,.0f}x)",
+            )
+        for c in r.calls:
+            t.add_row(f"calls[{c.role}]", f"{c.calls} calls, {c.prompt_tokens} prompt + {c.completion_tokens} completion tokens")
+        if r.report_path:
+            t.add_row("report", r.report_path)
+        if r.plot_path:
+            t.add_row("plot", r.plot_path)
+    console.print(t)
+
+
+def cmd_runs_get(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    _show_run(client.call("GetRun", pb.GetRunRequest(name=_run_name(args.name))), args.output)
+    return 0
+
+
+def cmd_runs_list(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    runs: list[Any] = []
+    token = ""
+    while True:
+        resp = client.call("ListRuns", pb.ListRunsRequest(page_size=args.page_size, page_token=token, filter=args.filter or ""))
+        runs.extend(resp.runs)
+        token = resp.next_page_token
+        if not token or not args.all:
+            break
+    if args.output == "json":
+        _print_json({"runs": [_to_dict(r) for r in runs], "next_page_token": token})
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("name", "state", "benchmark", "agent", "score", "created")
+    for r in runs:
+        t.add_row(
+            r.name, _state_name(r.state), r.benchmark.name, r.agent.harness,
+            f"{r.results.score:.3f}" if r.HasField("results") else "",
+            r.create_time.ToDatetime(tzinfo=dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    Console().print(t)
+    if token:
+        print(f"more: --page-token {token} (or --all)")
+    return 0
+
+
+def _event_line(ev: Any) -> str:
+    kind = ev.WhichOneof("kind")
+    sim = ev.sim_time.ToDatetime(tzinfo=dt.UTC).isoformat(timespec="seconds")
+    body = getattr(ev, kind)
+    if kind == "fire":
+        detail = f"{body.event_id} ({', '.join(body.effects)})"
+    elif kind == "jump":
+        detail = f"{body.from_time.ToDatetime(tzinfo=dt.UTC).isoformat(timespec='seconds')} -> {body.to_time.ToDatetime(tzinfo=dt.UTC).isoformat(timespec='seconds')}"
+    elif kind == "lease":
+        detail = f"{body.change} {body.lease} by {body.holder} (held {body.held_count})"
+    elif kind == "turn":
+        detail = f"{body.round_id} {body.phase} delay {body.delivery_delay_ms:.1f} ms: {body.reply[:60]!r}"
+    elif kind == "verdict":
+        detail = f"{body.round_id} score {body.score:.2f}" if body.graded else f"{body.round_id} ungradable"
+    else:
+        detail = f"{_state_name(body.state)} {body.reason}"
+    return f"{ev.seq:>6} {sim} {kind:<7} {detail}"
+
+
+def cmd_runs_watch(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    for ev in client.stream("WatchRun", pb.WatchRunRequest(name=_run_name(args.name), after_seq=args.after_seq)):
+        if args.output == "json":
+            print(json.dumps(_to_dict(ev)), flush=True)
+        else:
+            print(_event_line(ev), flush=True)
+    return 0
+
+
+def _simple(method: str, request_cls: str) -> Callable[[argparse.Namespace, Client], int]:
+    def run(args: argparse.Namespace, client: Client) -> int:
+        from sclate.v1 import sclate_pb2 as pb
+
+        resp = client.call(method, getattr(pb, request_cls)(name=_run_name(args.name)))
+        if method == "DeleteRun":
+            print(f"deleted {_run_name(args.name)}")
+        else:
+            _show_run(resp, args.output)
+        return 0
+
+    return run
+
+
+def cmd_benchmarks_list(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    resp = client.call("ListBenchmarks", pb.ListBenchmarksRequest())
+    if args.output == "json":
+        _print_json(_to_dict(resp))
+        return 0
+    for b in resp.benchmarks:
+        print(f"{b.name:<14} {b.description}  [data: {b.data_format}; scenarios: {', '.join(b.scenarios) or '-'}]")
+    return 0
+
+
+def cmd_agents_list(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    resp = client.call("ListAgents", pb.ListAgentsRequest())
+    if args.output == "json":
+        _print_json(_to_dict(resp))
+        return 0
+    for a in resp.agents:
+        where = "sandboxed" if a.sandboxed else "in-daemon"
+        print(f"{a.name:<14} {a.description}  [{where}; memory: {', '.join(a.memory_systems)}]")
+    return 0
+
+
+# -- local tools -------------------------------------------------------------------------
+def cmd_bench(args: argparse.Namespace) -> int:
+    from sclated.bench import run_bench_cli
+
+    return run_bench_cli(args.which, args.rest)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from sclated.demo import run_demo_cli
+
+    return run_demo_cli(args.rest)
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sclate", description="Client of the sclated daemon, and local sclate tools.")
+    p.add_argument("--endpoint", default=None, help=f"HOST:PORT or unix:PATH (env SCLATE_ENDPOINT; default {DEFAULT_ENDPOINT} or {SYSTEM_SOCKET})")
+    p.add_argument("--token", default=None, help="bearer token (env SCLATE_TOKEN)")
+    p.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify a TLS daemon")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    runs = sub.add_parser("runs", help="create, inspect and control runs").add_subparsers(dest="runs_cmd", required=True)
+    c = runs.add_parser("create", help="create a run")
+    c.add_argument("--benchmark", required=True)
+    c.add_argument("--scenario")
+    c.add_argument("--data-dir")
+    c.add_argument("--subset", action="append", help="an upstream id to keep (repeatable)")
+    c.add_argument("--benchmark-option", action="append", metavar="KEY=VALUE")
+    c.add_argument("--harness", required=True)
+    c.add_argument("--memory")
+    c.add_argument("--model-url")
+    c.add_argument("--model-api", choices=("openai", "anthropic"))
+    c.add_argument("--model")
+    c.add_argument("--agent-option", action="append", metavar="KEY=VALUE")
+    c.add_argument("--clock", choices=("hybrid", "realtime", "discrete"), default="hybrid")
+    c.add_argument("--start", help="simulated start time (ISO 8601)")
+    c.add_argument("--rate", type=float, help="REALTIME rate factor")
+    c.add_argument("--label", action="append", metavar="KEY=VALUE")
+    c.add_argument("--run-id")
+    c.add_argument("--request-id", help="idempotency key (default: a fresh one)")
+    c.add_argument("--wait", action="store_true", help="show live progress; exit 1 unless the run SUCCEEDED")
+    _add_output(c)
+    c.set_defaults(func=cmd_runs_create)
+    for name, fn, help_ in (
+        ("get", cmd_runs_get, "show a run"),
+        ("cancel", _simple("CancelRun", "CancelRunRequest"), "cancel a run"),
+        ("delete", _simple("DeleteRun", "DeleteRunRequest"), "delete a finished run"),
+        ("resume", _simple("ResumeRun", "ResumeRunRequest"), "resume an INTERRUPTED run"),
+    ):
+        sp = runs.add_parser(name, help=help_)
+        sp.add_argument("name")
+        _add_output(sp)
+        sp.set_defaults(func=fn)
+    ls = runs.add_parser("list", help="list runs")
+    ls.add_argument("--filter", help="e.g. 'state=RUNNING AND labels.team=a'")
+    ls.add_argument("--page-size", type=int, default=50)
+    ls.add_argument("--all", action="store_true", help="follow every page")
+    _add_output(ls)
+    ls.set_defaults(func=cmd_runs_list)
+    w = runs.add_parser("watch", help="stream a run's events")
+    w.add_argument("name")
+    w.add_argument("--after-seq", type=int, default=0)
+    _add_output(w)
+    w.set_defaults(func=cmd_runs_watch)
+
+    b = sub.add_parser("benchmarks", help="benchmarks the daemon offers").add_subparsers(dest="b_cmd", required=True)
+    bl = b.add_parser("list")
+    _add_output(bl)
+    bl.set_defaults(func=cmd_benchmarks_list)
+    a = sub.add_parser("agents", help="agent harnesses the daemon offers").add_subparsers(dest="a_cmd", required=True)
+    al = a.add_parser("list")
+    _add_output(al)
+    al.set_defaults(func=cmd_agents_list)
+
+    bench = sub.add_parser("bench", help="benchmarks of sclate itself (prints JSON with --json)")
+    bench.add_argument("which", choices=("scheduler", "daemon", "sandbox", "proxy", "e2e"))
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    bench.set_defaults(local=cmd_bench)
+    demo = sub.add_parser("demo", help="run the demo and print its report")
+    demo.add_argument("rest", nargs=argparse.REMAINDER)
+    demo.set_defaults(local=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        local = getattr(args, "local", None)
+        if local is not None:
+            return int(local(args))
+        client = Client(
+            args.endpoint or default_endpoint(), args.token or os.environ.get("SCLATE_TOKEN"), args.tls_ca
+        )
+        return int(args.func(args, client))
+    except CliError as exc:
+        print(f"sclate: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
