@@ -1,0 +1,60 @@
+"""Resource limits are enforced: a memory hog is OOM-killed and a fork bomb hits the
+pids limit, inside the sandbox, while the host keeps working."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sclated.runtime import DockerRuntime, Limits, SandboxSpec
+
+pytestmark = pytest.mark.docker
+
+
+async def _started(runtime: DockerRuntime, image: str, run: str, limits: Limits) -> str:
+    info = await runtime.create(SandboxSpec(image=image, run=run, tenant="acme", limits=limits))
+    await runtime.start(info.id)
+    return info.id
+
+
+async def test_memory_hog_is_oom_killed(runtime: DockerRuntime, sandbox_image: str) -> None:
+    cid = await _started(runtime, sandbox_image, "hog", Limits(memory_bytes=64 << 20))
+    hog = "x = []\nwhile True:\n    x.append(bytearray(8 << 20))\n"
+    r = await runtime.exec(cid, ["python3", "-c", hog], timeout_s=60)
+    assert not r.timed_out
+    assert r.exit_code == 137  # SIGKILL from the cgroup's OOM killer
+    # Only the hog died: the sandbox still runs, and the host noticed nothing.
+    assert (await runtime.inspect(cid)).state == "running"
+    assert (await runtime.exec(cid, ["true"])).ok
+    stats = await runtime.stats(cid)
+    assert stats.memory_limit_bytes == 64 << 20
+    assert stats.memory_bytes < 64 << 20
+
+
+async def test_fork_bomb_hits_pids_limit(runtime: DockerRuntime, sandbox_image: str) -> None:
+    limit = 64
+    cid = await _started(runtime, sandbox_image, "bomb", Limits(pids=limit))
+    # Forks until the kernel refuses; the children stay, holding the sandbox at its limit.
+    bomb = (
+        "import os, time\n"
+        "n = 0\n"
+        "try:\n"
+        "    for _ in range(10000):\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(120); os._exit(0)\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    print('blocked', n, e.errno, flush=True)\n"
+    )
+    r = await runtime.exec(cid, ["python3", "-c", bomb], timeout_s=60)
+    out = r.text.split()
+    assert out[0] == "blocked", r
+    assert int(out[1]) < limit  # the limit stopped it, not the loop bound
+    assert int(out[2]) == 11  # EAGAIN
+    stats = await runtime.stats(cid)
+    assert limit - 8 <= stats.pids <= limit
+    # Contained: the host still starts processes while the sandbox is full.
+    proc = await asyncio.create_subprocess_exec("true")
+    assert await proc.wait() == 0
+    # The sandbox is at its limit but still removable (the fixture removes it).
