@@ -2,16 +2,14 @@
 // `scripted` agent, prints each of its events on one line while it runs,
 // then prints the final state. Exits 0 only if the run SUCCEEDED.
 //
-//   npm run example -- 127.0.0.1:PORT          (or unix:/path/to/sclated.sock)
+//   npm run example                             (sclated's default 127.0.0.1:7431)
+//   npm run example -- 127.0.0.1:PORT           (or unix:/path/to/sclated.sock)
 //   SCLATE_ENDPOINT=... SCLATE_TOKEN=... npm run example
 import { SclateClient, SclateError, formatEvent } from "../src";
 
 async function main(): Promise<number> {
-  const endpoint = process.argv[2] ?? process.env["SCLATE_ENDPOINT"];
-  if (!endpoint) {
-    console.error("usage: create-and-watch ENDPOINT   (host:port or unix:/path; or set SCLATE_ENDPOINT)");
-    return 2;
-  }
+  // sclated listens on 127.0.0.1:7431 by default.
+  const endpoint = process.argv[2] ?? process.env["SCLATE_ENDPOINT"] ?? "127.0.0.1:7431";
   const client = new SclateClient({ endpoint, token: process.env["SCLATE_TOKEN"] || undefined });
   try {
     const run = await client.createRun({

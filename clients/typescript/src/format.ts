@@ -1,9 +1,10 @@
 import type { RunEvent, Timestamp } from "./types";
 import { toDate } from "./types";
 
+/** ISO time, or "-" when unset (the daemon sends 0 for "no simulated time yet"). */
 function iso(ts: Timestamp | null): string {
   const d = toDate(ts);
-  return d ? d.toISOString() : "-";
+  return d && d.getTime() !== 0 ? d.toISOString() : "-";
 }
 
 function quote(s: string, max = 80): string {
@@ -27,7 +28,9 @@ export function formatEvent(ev: RunEvent): string {
     case "turn": {
       const t = ev.turn;
       const reply = t.reply ? ` reply=${quote(t.reply)}` : "";
-      return `${head} ${t.phase} round=${t.roundId} session=${t.session} delay=${t.deliveryDelayMs.toFixed(1)}ms${reply}`;
+      const round = t.roundId ? ` round=${t.roundId}` : "";
+      const session = t.session ? ` session=${t.session}` : "";
+      return `${head} ${t.phase}${round}${session} delay=${t.deliveryDelayMs.toFixed(1)}ms${reply}`;
     }
     case "verdict": {
       const v = ev.verdict;

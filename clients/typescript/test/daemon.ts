@@ -18,6 +18,8 @@ export interface Daemon extends ReadyInfo {
   logFile: string;
   /** Sends SIGTERM and resolves with the exit code (null if killed by a signal). */
   stop(timeoutMs?: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** SIGKILL (a crash); resolves once the process is gone. */
+  kill(): Promise<void>;
   /** The daemon's output so far. */
   log(): string;
 }
@@ -38,14 +40,27 @@ function isReadyInfo(v: unknown): v is ReadyInfo {
   return typeof r["tcp"] === "string" && typeof r["unix"] === "string" && typeof r["pid"] === "number";
 }
 
-export async function startDaemon(options: { tokens?: Record<string, string>; readyTimeoutMs?: number } = {}): Promise<Daemon> {
+export interface StartOptions {
+  /** `TOKEN -> TENANT`, written to a --tokens-file. */
+  tokens?: Record<string, string>;
+  /** Reuse this folder (and the state dir in it), e.g. to restart a daemon. */
+  dir?: string;
+  /** Remove the folder after a clean stop (default true). */
+  cleanup?: boolean;
+  /** Extra command-line flags. */
+  args?: string[];
+  readyTimeoutMs?: number;
+}
+
+export async function startDaemon(options: StartOptions = {}): Promise<Daemon> {
   const exe = sclatedPath();
   if (!fs.existsSync(exe)) throw new Error(`sclated not found at ${exe} (build the .venv or set SCLATED)`);
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sclate-ts-"));
+  const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "sclate-ts-"));
   const stateDir = path.join(dir, "state");
   const readyFile = path.join(dir, "ready.json");
   const logFile = path.join(dir, "sclated.log");
-  const args = ["--listen", "127.0.0.1:0", "--state-dir", stateDir, "--ready-file", readyFile];
+  fs.rmSync(readyFile, { force: true });
+  const args = ["--listen", "127.0.0.1:0", "--state-dir", stateDir, "--ready-file", readyFile, ...(options.args ?? [])];
   if (options.tokens) {
     const tokensFile = path.join(dir, "tokens");
     const lines = Object.entries(options.tokens).map(([token, tenant]) => `${token} ${tenant}\n`);
@@ -91,6 +106,10 @@ export async function startDaemon(options: { tokens?: Record<string, string>; re
     dir,
     logFile,
     log,
+    async kill() {
+      if (!exitInfo) child.kill("SIGKILL");
+      await exited;
+    },
     async stop(timeoutMs = 20_000) {
       if (!exitInfo) child.kill("SIGTERM");
       const timer = sleep(timeoutMs, undefined, { ref: false }).then(() => "timeout" as const);
@@ -99,7 +118,7 @@ export async function startDaemon(options: { tokens?: Record<string, string>; re
         child.kill("SIGKILL");
         throw new Error(`sclated did not exit within ${timeoutMs} ms of SIGTERM:\n${log()}`);
       }
-      if (res.code === 0 && !process.env["SCLATE_KEEP_TMP"]) fs.rmSync(dir, { recursive: true, force: true });
+      if (res.code === 0 && options.cleanup !== false && !process.env["SCLATE_KEEP_TMP"]) fs.rmSync(dir, { recursive: true, force: true });
       return res;
     },
   };

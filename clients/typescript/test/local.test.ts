@@ -73,8 +73,14 @@ describe("sclated, local tenant without auth", { timeout: 300_000 }, () => {
     assert.equal(last.state.state, "SUCCEEDED", `run ended ${last.state.state}: ${last.state.reason}`);
     assert.ok(events.some((e) => e.kind === "fire"), "no fire events");
 
+    // The options reached the benchmark: 2 days of 3 tasks, one graded round a day.
+    const tasks = events.filter((e) => e.kind === "fire" && /^d\d+\.task\d+$/.test(e.fire.eventId));
+    assert.equal(tasks.length, 6, `task fires: ${tasks.map(formatEvent).join("; ")}`);
+    assert.equal(events.filter((e) => e.kind === "verdict").length, 2);
+
     const final = await client.getRun(run.name);
     assert.equal(final.state, "SUCCEEDED");
+    assert.equal(final.results?.rounds, 2);
     assert.equal(final.lastEventSeq, last.seq);
     assert.ok(final.endTime, "a finished run has an end_time");
     firstRun = final;
@@ -132,6 +138,12 @@ describe("sclated, local tenant without auth", { timeout: 300_000 }, () => {
     const a = await client.createRun(syntheticRun({ requestId }));
     const b = await client.createRun(syntheticRun({ requestId }));
     assert.equal(b.name, a.name);
+    const reused = await rejectsWith(
+      client.createRun(syntheticRun({ requestId, labels: { changed: "yes" } })),
+      status.INVALID_ARGUMENT,
+    );
+    assert.equal(reused.reason, "REQUEST_ID_REUSED");
+    assert.equal(reused.field, "request_id");
     const c = await client.createRun(syntheticRun({ requestId: `${requestId}-other` }));
     assert.notEqual(c.name, a.name);
     created.push(a.name, c.name);

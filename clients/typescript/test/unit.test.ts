@@ -47,6 +47,9 @@ test("run events become a union discriminated by kind", () => {
   const ev = toRunEvent({ ...base, kind: "state", state: { state: "SUCCEEDED", reason: "" } });
   assert.equal(ev.kind, "state");
   assert.equal(formatEvent(ev), "#7 1970-01-02T00:00:00.500Z state SUCCEEDED");
+  const turn = toRunEvent({ ...base, simTime: { seconds: 0, nanos: 0 }, kind: "turn",
+    turn: { roundId: "", session: "", phase: "ended", reply: "a\nb", deliveryDelayMs: 1.25 } });
+  assert.equal(formatEvent(turn), '#7 - turn ended delay=1.3ms reply="a\\nb"');
   assert.equal(toRunEvent({ ...base }).kind, "unknown");
   assert.equal(runName("abc"), "runs/abc");
   assert.equal(runName("runs/abc"), "runs/abc");
