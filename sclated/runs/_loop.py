@@ -211,18 +211,24 @@ class RunLoop:
         settle = 0
         passes_since_yield = 0
         reason = "stopped"
+        # Locals: this loop runs once per fire and several times per jump.
+        sched = self.scheduler
+        clock = self.clock
+        leases = self.leases
+        end_ns = self._end_ns
+        settle_passes = clock.config.settle_passes
         try:
             while True:
                 if self._stop_reason is not None:
                     reason = self._stop_reason
                     break
-                if self.leases.held:
+                if leases.held:
                     self._expire()
-                now = self.clock.now()
-                if self._end_ns is not None and now >= self._end_ns and not self._due_by(self._end_ns):
+                now = clock.now()
+                if end_ns is not None and now >= end_ns and not self._due_by(end_ns):
                     reason = "end of scenario time"
                     break
-                fire = self.scheduler.pop_due(now if self._end_ns is None else min(now, self._end_ns))
+                fire = sched.pop_due(now if end_ns is None or now < end_ns else end_ns)
                 if fire is not None:
                     settle = 0
                     await self._dispatch(fire)
@@ -232,35 +238,29 @@ class RunLoop:
                         passes_since_yield = 0
                         await asyncio.sleep(0)
                     continue
-                nxt = self.scheduler.next_due_ns()
-                if self._end_ns is not None and (nxt is None or nxt > self._end_ns):
-                    nxt = self._end_ns
-                if (
-                    nxt is None
-                    and self._stop_when_idle
-                    and not self._waiters
-                    and not self.leases.held
-                ):
+                nxt = sched.next_due_ns()
+                if end_ns is not None and (nxt is None or nxt > end_ns):
+                    nxt = end_ns
+                if nxt is None and self._stop_when_idle and not self._waiters and not leases.held:
                     # Idle in any clock mode; but a task just handed a prompt
                     # may be about to take a lease or register a wake-up, so
                     # it gets the same settle window as a jump.
-                    if settle < self.clock.config.settle_passes:
+                    if settle < settle_passes:
                         settle += 1
                         await asyncio.sleep(0)
                         continue
                     reason = "idle: nothing scheduled and nothing busy"
                     break
-                if self.clock.can_jump() and nxt is not None:
-                    if settle < self.clock.config.settle_passes:
+                if nxt is not None and clock.can_jump():
+                    if settle < settle_passes:
                         # Let tasks that are about to take a lease or register an event run first.
                         settle += 1
                         await asyncio.sleep(0)
                         continue
-                    else:
-                        settle = 0
-                        if self.clock.jump_to(nxt) is not None:
-                            await self.clock.publish()
-                        continue
+                    settle = 0
+                    if clock.jump_to(nxt) is not None:
+                        await clock.publish()
+                    continue
                 settle = 0
                 passes_since_yield = 0
                 await self._wait_for_change(nxt)

@@ -151,6 +151,7 @@ class Scheduler:
 
     def _validate(self, specs: list[EventSpec], source: str) -> None:
         batch_ids: set[str] = set()
+        has_after = False
         for spec in specs:
             if not isinstance(spec, EventSpec):
                 raise ScheduleError(f"source {source!r} returned {spec!r}, not an EventSpec", reason="NOT_AN_EVENT")
@@ -172,6 +173,7 @@ class Scheduler:
                         reason="EVENT_IN_PAST",
                     )
             elif isinstance(trig, After):
+                has_after = True
                 if trig.delay_ns < 0:
                     raise ScheduleError(
                         f"event {eid!r} has a negative delay ({trig.delay_ns} ns)", event_id=eid, reason="NEGATIVE_DELAY"
@@ -183,6 +185,8 @@ class Scheduler:
                     raise ScheduleError(f"event {eid!r} has a condition that is not callable", event_id=eid)
             else:
                 raise ScheduleError(f"event {eid!r} has an unknown trigger {trig!r}", event_id=eid, reason="BAD_TRIGGER")
+        if not has_after:
+            return  # the common case (timed events from a lazy source) ends here
         # Dependencies: known, and no cycle. Existing events never depend on new
         # ones, so a cycle can only run through this batch.
         by_id = {s.id: s for s in specs}
@@ -247,10 +251,11 @@ class Scheduler:
         self._validate(specs, source)
         # Conditions are evaluated before anything changes, so a predicate that
         # raises leaves the state as it was.
-        snap = self.snapshot()
-        holds_now = {
-            s.id: self._holds(s, snap) for s in specs if isinstance(s.trigger, When)
-        }
+        conditions = [s for s in specs if isinstance(s.trigger, When)]
+        holds_now: dict[str, bool] = {}
+        if conditions:
+            snap = self.snapshot()
+            holds_now = {s.id: self._holds(s, snap) for s in conditions}
         # Nothing has changed yet; from here on nothing can fail.
         rank = self._rank_of(source)
         for spec in specs:
@@ -303,7 +308,9 @@ class Scheduler:
 
     def pop_due(self, now_ns: int) -> FireRecord | None:
         """Fire the first event due at or before ``now_ns``, or return None."""
-        self.advance(now_ns)
+        if now_ns < self._now:
+            self.advance(now_ns)  # raises
+        self._now = now_ns
         ready = self._ready
         if not ready or ready[0][0] > now_ns:
             return None
