@@ -420,10 +420,17 @@ class DockerRuntime(Runtime):
 
     async def remove_image(self, ref: str) -> None:
         try:
-            await self.docker.images.delete(ref, force=True)
+            # Not forced: forcing an image a container still uses only untags it
+            # and leaves a nameless image behind that nothing will clean up.
+            await self.docker.images.delete(ref, force=False)
         except DockerError as exc:
-            if not is_not_found(exc):
-                raise docker_error(exc, f"removing image {ref}") from exc
+            if is_not_found(exc):
+                return
+            if exc.status == 409:
+                raise FailedPrecondition(
+                    f"image {ref} is still used: {exc.message}; remove those containers first"
+                ) from exc
+            raise docker_error(exc, f"removing image {ref}") from exc
 
     # ------------------------------------------------------------ observation
 

@@ -102,7 +102,7 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     async def remove_image(self, ref: str) -> None:
-        """Remove an image; a missing one is not an error."""
+        """Remove an image; a missing one is not an error, one in use is FailedPrecondition."""
 
     @abc.abstractmethod
     async def close(self) -> None: ...

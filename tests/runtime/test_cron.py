@@ -16,8 +16,13 @@ _NS = 1_000_000_000
 UTC = dt.UTC
 
 
+def utc(*args: int) -> dt.datetime:
+    y, mo, d, h, mi, s = (*args, 0, 0, 0)[:6]
+    return dt.datetime(y, mo, d, h, mi, s, tzinfo=UTC)
+
+
 def ns(*args: int) -> int:
-    return int(dt.datetime(*args, tzinfo=UTC).timestamp()) * _NS
+    return int(utc(*args).timestamp()) * _NS
 
 
 def when(n: int) -> dt.datetime:
@@ -51,7 +56,7 @@ def when(n: int) -> dt.datetime:
 )
 def test_next_fire_cases(expr: str, after: tuple[int, ...], expected: tuple[int, ...]) -> None:
     got = next_fire(expr, ns(*after))
-    assert when(got) == dt.datetime(*expected, tzinfo=UTC), when(got)
+    assert when(got) == utc(*expected), when(got)
 
 
 def test_sub_second_after_and_minute_alignment() -> None:

@@ -1,0 +1,136 @@
+"""Content-hashed local images: tags, idempotent builds, what the images contain."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sclated.errors import InvalidArgument, NotFound
+from sclated.runtime import (
+    DockerRuntime,
+    ImageRecipe,
+    SandboxSpec,
+    _images,
+    build_all,
+    build_images_cli,
+    image_ref,
+    libfaketime_path,
+    recipe_tag,
+    register,
+)
+from sclated.runtime._images import images_dir
+
+
+@pytest.fixture
+def images_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    dest = tmp_path / "images"
+    shutil.copytree(images_dir(), dest)
+    monkeypatch.setenv("SCLATE_IMAGES_DIR", str(dest))
+    yield dest
+
+
+def test_tags_are_content_hashes(images_copy: Path) -> None:
+    base, sandbox = recipe_tag("sclate-base"), recipe_tag("sclate-sandbox")
+    assert len(base) == 16 and int(base, 16) >= 0
+    assert recipe_tag("sclate-sandbox") == sandbox  # stable
+
+    (images_copy / "sandbox" / "Dockerfile").write_text(
+        (images_copy / "sandbox" / "Dockerfile").read_text() + "\n# changed\n"
+    )
+    assert recipe_tag("sclate-base") == base
+    assert recipe_tag("sclate-sandbox") != sandbox
+
+    (images_copy / "sandbox" / "sclate-wait").chmod(0o644)  # the mode is content too
+    changed_mode = recipe_tag("sclate-sandbox")
+    (images_copy / "sandbox" / "sclate-wait").chmod(0o755)
+    assert recipe_tag("sclate-sandbox") != changed_mode
+
+    with (images_copy / "base" / "packages.txt").open("a") as fh:
+        fh.write("curl\n")
+    # The parent's tag is part of the child's: a new base rebuilds the sandbox.
+    assert recipe_tag("sclate-base") != base
+    assert recipe_tag("sclate-sandbox") not in (sandbox, changed_mode)
+
+
+def test_registry_validation() -> None:
+    with pytest.raises(InvalidArgument, match="not registered"):
+        register(ImageRecipe(name="x", folder="x", parent="no-such-parent"))
+    with pytest.raises(InvalidArgument, match="exactly one"):
+        register(ImageRecipe(name="x", folder="x"))
+    with pytest.raises(NotFound, match="no image recipe"):
+        recipe_tag("no-such-image")
+
+
+def test_libfaketime_comes_from_the_pypi_package() -> None:
+    path = libfaketime_path()
+    assert path.name == "libfaketime.so.1" and "site-packages/libfaketime" in str(path)
+
+
+@pytest.mark.docker
+async def test_build_all_is_idempotent_and_quick(sandbox_image: str) -> None:
+    t0 = time.monotonic()
+    lines: list[str] = []
+    built = await build_all(lines.append)
+    assert [b.name for b in built] == ["sclate-base", "sclate-sandbox"]
+    assert not any(b.built for b in built)
+    assert built[-1].ref == sandbox_image
+    assert time.monotonic() - t0 < 10
+    assert any("up to date" in line for line in lines)
+    assert await asyncio.to_thread(build_images_cli, ["--check"]) == 0
+
+
+@pytest.mark.docker
+async def test_sandbox_image_contents(runtime: DockerRuntime, sandbox_image: str) -> None:
+    info = await runtime.create(SandboxSpec(image=sandbox_image, run="img", tenant="acme"))
+    await runtime.start(info.id)
+    script = (
+        "cat /etc/debian_version; python3 --version; mitmdump --version | head -1; "
+        "sha256sum /usr/local/lib/faketime/libfaketime.so.1 | cut -d' ' -f1; "
+        "test -x /usr/local/bin/sclate-wait && echo wait-ok; "
+        "command -v socat; ls /opt/sclate/venv/lib/python3.11/site-packages | grep -c dist-info"
+    )
+    out = (await runtime.exec(info.id, ["sh", "-c", script])).text.splitlines()
+    assert out[0].startswith("12.")  # bookworm, from debootstrap
+    assert out[1].startswith("Python 3.11")
+    assert "11.0.2" in out[2]
+    assert out[3] == hashlib.sha256(libfaketime_path().read_bytes()).hexdigest()
+    assert out[4:6] == ["wait-ok", "/usr/bin/socat"]
+    assert int(out[6]) > 20  # mitmproxy and its dependencies, installed offline
+
+
+@pytest.mark.docker
+async def test_adding_an_image_is_a_folder_and_a_registry_entry(
+    images_copy: Path, runtime: DockerRuntime, sandbox_image: str
+) -> None:
+    folder = images_copy / "tiny"
+    folder.mkdir()
+    (folder / "Dockerfile").write_text(
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY hello.txt /hello.txt\n"
+    )
+    (folder / "hello.txt").write_text("hello from a recipe\n")
+    register(ImageRecipe(name="sclate-test-tiny", folder="tiny", parent="sclate-sandbox"))
+    ref = await image_ref("sclate-test-tiny")
+    try:
+        lines: list[str] = []
+        built = await build_all(lines.append, names=["sclate-test-tiny"])
+        assert [(b.name, b.built) for b in built] == [
+            ("sclate-base", False), ("sclate-sandbox", False), ("sclate-test-tiny", True)
+        ]
+        assert any("build: Step" in line for line in lines)  # progress was streamed
+        info = await runtime.create(SandboxSpec(image=ref, run="tiny", tenant="acme"))
+        await runtime.start(info.id)
+        out = await runtime.exec(info.id, ["cat", "/hello.txt"])
+        assert out.text == "hello from a recipe\n"
+        again = await build_all(names=["sclate-test-tiny"])
+        assert not again[-1].built
+    finally:
+        _images._REGISTRY.pop("sclate-test-tiny", None)
+        await runtime.reap(runtime.daemon_id, keep=set())
+        await runtime.remove_image(ref)
+        await runtime.remove_image("sclate-test-tiny:latest")
