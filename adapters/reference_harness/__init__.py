@@ -1,0 +1,31 @@
+"""The project's reference harness (``agent.py``) and its sclate adapter.
+
+``agent.py`` runs inside the sandbox (stdlib only, /opt/agent/agent.py in the
+``reference-agent`` image); :class:`ReferenceHarnessAdapter` drives its
+``serve`` mode over any :class:`LineTransport`; :class:`HarnessCronSource`
+turns its ``crontab`` into scheduler events.
+"""
+
+from adapters.reference_harness._adapter import (
+    AGENT_PY,
+    CRONTAB,
+    CronLine,
+    HarnessCronSource,
+    LineTransport,
+    NextFire,
+    ReferenceHarnessAdapter,
+    SubprocessTransport,
+    parse_crontab,
+)
+
+__all__ = [
+    "AGENT_PY",
+    "CRONTAB",
+    "CronLine",
+    "HarnessCronSource",
+    "LineTransport",
+    "NextFire",
+    "ReferenceHarnessAdapter",
+    "SubprocessTransport",
+    "parse_crontab",
+]

@@ -1,0 +1,719 @@
+#!/usr/bin/env python3
+"""sclate's reference harness: a small tool-using agent with file-based memory.
+
+Standard library only: it runs on the sandbox's system python3.
+
+    agent.py serve              JSON lines on stdin -> JSON lines on stdout (for sclate)
+    agent.py once "message"     one turn, the reply on stdout (manual use)
+    agent.py consolidate        fold past days' notes into MEMORY.md (one model call)
+
+Serve protocol (one JSON object per line each way):
+
+    in  {"type": "message", "text": ..., "session": ..., "round_id": ...}
+    out {"type": "received", "wall_ns": ..., "mono_ns": ..., "round_id": ...}   at once
+    out {"type": "turn_end", "round_id": ..., "reply": ..., "steps": n, "error": ...}
+    in  {"type": "start_session", "session": ...}  out {"type": "session_started", ...}
+    in  {"type": "stop_session"}                   out {"type": "session_stopped", ...}
+    in  {"type": "dump_state"}                     out {"type": "state", "state": {...}}
+    in  {"type": "load_state", "state": {...}}     out {"type": "state_loaded"}
+    in  {"type": "ping"}                           out {"type": "pong"}
+    bad input                                      out {"type": "error", "error": ...}
+
+The model is reached through the OpenAI-compatible chat completions API at
+OPENAI_BASE_URL with OPENAI_API_KEY; every call carries ``x-sclate-thread``
+(the session) and ``x-sclate-turn`` (the round) so sclate's capture proxy can
+attribute it. Memory lives in AGENT_MEMORY_DIR (default /memory): MEMORY.md and
+notes/YYYY-MM-DD.md, dated by the system clock, which in a sandbox is the
+simulated clock (libfaketime). Environment: AGENT_MODEL, AGENT_WORKSPACE,
+AGENT_MEMORY_DIR, AGENT_MAX_STEPS, AGENT_SHELL_TIMEOUT, AGENT_OUTPUT_CAP,
+AGENT_HISTORY_CHARS, AGENT_MAX_TOKENS, AGENT_TEMPERATURE, AGENT_HTTP_TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PERSONA_FILES = ("AGENTS.md", "SOUL.md", "IDENTITY.md", "USER.md", "TOOLS.md")
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a text file (path relative to the workspace).",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Create or overwrite a text file (parent folders are created).",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "list_dir",
+            "description": "List a folder (default: the workspace root).",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "shell",
+            "description": "Run a shell command in the workspace and return its output.",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "wait",
+            "description": "Wait for a duration like 90s, 15m or 2h (simulated time).",
+            "parameters": {
+                "type": "object",
+                "properties": {"duration": {"type": "string"}},
+                "required": ["duration"],
+            },
+        },
+    },
+]
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "read_file": ("path",),
+    "write_file": ("path", "content"),
+    "list_dir": (),
+    "shell": ("command",),
+    "wait": ("duration",),
+}
+_SLEEP = re.compile(r"^\s*sleep\s+(\d+(?:\.\d+)?)([smhd]?)\s*$")
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+@dataclass
+class Config:
+    base_url: str = field(
+        default_factory=lambda: os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:18080/v1")
+    )
+    api_key: str = field(default_factory=lambda: os.environ.get("OPENAI_API_KEY", "sclate"))
+    model: str = field(
+        default_factory=lambda: os.environ.get(
+            "AGENT_MODEL", os.environ.get("OPENAI_MODEL", "default")
+        )
+    )
+    workspace: Path = field(
+        default_factory=lambda: Path(os.environ.get("AGENT_WORKSPACE", "/workspace"))
+    )
+    memory: Path = field(
+        default_factory=lambda: Path(os.environ.get("AGENT_MEMORY_DIR", "/memory"))
+    )
+    max_steps: int = field(default_factory=lambda: max(0, _env_int("AGENT_MAX_STEPS", 6)))
+    shell_timeout: float = field(default_factory=lambda: _env_float("AGENT_SHELL_TIMEOUT", 60.0))
+    output_cap: int = field(default_factory=lambda: max(200, _env_int("AGENT_OUTPUT_CAP", 4000)))
+    history_chars: int = field(default_factory=lambda: _env_int("AGENT_HISTORY_CHARS", 12000))
+    max_tokens: int = field(default_factory=lambda: _env_int("AGENT_MAX_TOKENS", 512))
+    temperature: float = field(default_factory=lambda: _env_float("AGENT_TEMPERATURE", 0.2))
+    http_timeout: float = field(default_factory=lambda: _env_float("AGENT_HTTP_TIMEOUT", 600.0))
+
+
+class ModelError(Exception):
+    pass
+
+
+def _log(msg: str) -> None:
+    # stdout is the protocol channel; diagnostics go to stderr.
+    print(f"agent: {msg}", file=sys.stderr, flush=True)
+
+
+def _cap(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+
+
+def _now() -> dt.datetime:
+    # The system clock: simulated inside a sclate sandbox (libfaketime).
+    return dt.datetime.now(dt.UTC)
+
+
+# -- the model --------------------------------------------------------------------------
+
+
+class Model:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self._tools_supported = True
+
+    def chat(
+        self, messages: list[dict[str, Any]], *, thread: str, turn: str, tools: bool
+    ) -> dict[str, Any]:
+        """One chat completion; returns the choice's message."""
+        body: dict[str, Any] = {
+            "model": self.cfg.model,
+            "messages": messages,
+            "max_tokens": self.cfg.max_tokens,
+            "temperature": self.cfg.temperature,
+        }
+        if tools and self._tools_supported:
+            body["tools"] = TOOLS
+        try:
+            return self._post(body, thread, turn)
+        except ModelError as exc:
+            # Some servers reject `tools`; the JSON-in-content convention still works.
+            if "tools" in body and "HTTP 400" in str(exc):
+                self._tools_supported = False
+                del body["tools"]
+                return self._post(body, thread, turn)
+            raise
+
+    def _post(self, body: dict[str, Any], thread: str, turn: str) -> dict[str, Any]:
+        url = self.cfg.base_url.rstrip("/") + "/chat/completions"
+        req = urllib.request.Request(
+            url,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": f"Bearer {self.cfg.api_key}",
+                "x-sclate-thread": thread,
+                "x-sclate-turn": turn,
+            },
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.cfg.http_timeout) as resp:
+                payload = json.loads(resp.read().decode("utf-8", errors="replace"))
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", errors="replace")[:500]
+            raise ModelError(f"HTTP {exc.code} from {url}: {detail}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise ModelError(f"model call to {url} failed: {exc}") from None
+        try:
+            message = payload["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError):
+            raise ModelError(f"unexpected response from {url}: {str(payload)[:300]}") from None
+        if not isinstance(message, dict):
+            raise ModelError(f"unexpected message from {url}: {message!r}")
+        return message
+
+
+# -- tool calls ---------------------------------------------------------------------------
+
+
+@dataclass
+class ToolCall:
+    name: str
+    args: dict[str, Any]
+    call_id: str | None = None
+
+
+def _json_objects(text: str) -> list[Any]:
+    """JSON values embedded in text (fenced blocks, or any ``{...}``)."""
+    found: list[Any] = []
+    stripped = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
+    try:
+        found.append(json.loads(stripped))
+        return found
+    except ValueError:
+        pass
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        found.append(value)
+        break
+    return found
+
+
+def _as_args(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        if not raw.strip():
+            return {}
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    return raw if isinstance(raw, dict) else None
+
+
+def parse_tool_calls(message: dict[str, Any]) -> tuple[list[ToolCall], str]:
+    """The calls a model message asks for, or ``([], why)`` when it is a plain answer.
+
+    A malformed call (bad JSON, unknown tool, missing argument) makes the whole
+    message a plain answer: a weak model's broken call must end the turn
+    gracefully rather than loop or crash.
+    """
+    calls: list[ToolCall] = []
+    api_calls = message.get("tool_calls") or []
+    if isinstance(api_calls, list) and api_calls:
+        for raw in api_calls:
+            fn = raw.get("function") if isinstance(raw, dict) else None
+            if not isinstance(fn, dict):
+                return [], "malformed tool call"
+            args = _as_args(fn.get("arguments"))
+            if args is None:
+                return [], f"bad JSON arguments for {fn.get('name')!r}"
+            calls.append(ToolCall(str(fn.get("name")), args, raw.get("id")))
+    else:
+        content = message.get("content")
+        if not isinstance(content, str) or "{" not in content:
+            return [], "no tool call"
+        for obj in _json_objects(content):
+            if not isinstance(obj, dict):
+                continue
+            if "tool" in obj:
+                name, raw_args = obj.get("tool"), obj.get("args", obj.get("arguments", {}))
+            elif "name" in obj and any(k in obj for k in ("arguments", "args", "parameters")):
+                name = obj.get("name")
+                raw_args = obj.get("arguments", obj.get("args", obj.get("parameters")))
+            else:
+                continue
+            args = _as_args(raw_args)
+            if args is None:
+                return [], f"bad JSON arguments for {name!r}"
+            calls.append(ToolCall(str(name), args))
+        if not calls:
+            return [], "no tool call"
+    for call in calls:
+        if call.name not in _REQUIRED:
+            return [], f"unknown tool {call.name!r}"
+        missing = [a for a in _REQUIRED[call.name] if not isinstance(call.args.get(a), str)]
+        if missing:
+            return [], f"{call.name} lacks {', '.join(missing)}"
+    return calls, ""
+
+
+class Tools:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.written: list[str] = []
+
+    def _path(self, raw: str) -> Path:
+        path = Path(raw)
+        return path if path.is_absolute() else self.cfg.workspace / path
+
+    def run(self, call: ToolCall) -> str:
+        try:
+            handler: Callable[[dict[str, Any]], str] = getattr(self, f"_t_{call.name}")
+            return _cap(handler(call.args), self.cfg.output_cap)
+        except Exception as exc:  # a failing tool is a result for the model, not a crash
+            return f"error: {type(exc).__name__}: {exc}"
+
+    def _t_read_file(self, args: dict[str, Any]) -> str:
+        return self._path(args["path"]).read_text(encoding="utf-8", errors="replace")
+
+    def _t_write_file(self, args: dict[str, Any]) -> str:
+        path = self._path(args["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(args["content"], encoding="utf-8")
+        self.written.append(args["path"])
+        return f"wrote {len(args['content'])} characters to {args['path']}"
+
+    def _t_list_dir(self, args: dict[str, Any]) -> str:
+        path = self._path(str(args.get("path") or "."))
+        entries = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+        return "\n".join(entries) if entries else "(empty)"
+
+    def _t_shell(self, args: dict[str, Any]) -> str:
+        command = args["command"]
+        sleep = _SLEEP.match(command)
+        if sleep:
+            # A real sleep would hold the simulated clock still; wait in simulated time.
+            return self._t_wait({"duration": f"{sleep.group(1)}{sleep.group(2) or 's'}"})
+        return self._exec(["/bin/sh", "-c", command], self.cfg.shell_timeout)
+
+    def _t_wait(self, args: dict[str, Any]) -> str:
+        duration = str(args["duration"]).strip()
+        try:
+            return self._exec(["sclate-wait", "--for", duration], None) or f"waited {duration}"
+        except FileNotFoundError:
+            return "error: sclate-wait is not available here"
+
+    def _exec(self, argv: list[str], timeout: float | None) -> str:
+        self.cfg.workspace.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=self.cfg.workspace,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # so a timeout kills the command's children too
+        )
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            text = out.decode("utf-8", errors="replace")
+            return f"{text}\n[timed out after {timeout:g}s; killed]"
+        text = out.decode("utf-8", errors="replace")
+        return f"{text}\n[exit code {proc.returncode}]" if proc.returncode else text
+
+
+# -- memory -------------------------------------------------------------------------------
+
+
+class Memory:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def main(self) -> Path:
+        return self.root / "MEMORY.md"
+
+    def notes_for(self, day: dt.date) -> Path:
+        return self.root / "notes" / f"{day.isoformat()}.md"
+
+    def read(self, path: Path, limit: int) -> str:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        # Keep the end of long notes: the latest entries matter most.
+        return text if len(text) <= limit else "[...]\n" + text[-limit:]
+
+    def add_note(self, when: dt.datetime, text: str) -> None:
+        path = self.notes_for(when.date())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(f"- {when.strftime('%H:%M')} {text}\n")
+
+    def pending_days(self, today: dt.date) -> list[Path]:
+        """Notes of past days not yet folded into MEMORY.md."""
+        done = set(self._done())
+        notes = sorted((self.root / "notes").glob("*.md"))
+        out = []
+        for path in notes:
+            try:
+                day = dt.date.fromisoformat(path.stem)
+            except ValueError:
+                continue
+            if day < today and path.stem not in done:
+                out.append(path)
+        return out
+
+    def _done(self) -> list[str]:
+        try:
+            data = json.loads((self.root / ".consolidated.json").read_text())
+        except (OSError, ValueError):
+            return []
+        return [str(x) for x in data.get("days", [])] if isinstance(data, dict) else []
+
+    def mark_done(self, days: list[str]) -> None:
+        merged = sorted(set(self._done()) | set(days))
+        _atomic_write(self.root / ".consolidated.json", json.dumps({"days": merged}) + "\n")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -- the agent ------------------------------------------------------------------------------
+
+
+class Agent:
+    def __init__(self, cfg: Config, model: Model | None = None) -> None:
+        self.cfg = cfg
+        self.model = model or Model(cfg)
+        self.memory = Memory(cfg.memory)
+        self.session = "default"
+        self.history: list[dict[str, Any]] = []
+        self.turns = 0
+
+    def start_session(self, session: str | None) -> None:
+        self.session = session or "default"
+        self.history = []
+
+    def stop_session(self) -> None:
+        self.history = []
+
+    def system_prompt(self) -> str:
+        now = _now()
+        parts = [
+            f"You are a helpful assistant working in the folder {self.cfg.workspace}.",
+            f"Now: {now.strftime('%A, %Y-%m-%d %H:%M')} UTC.",
+            "Tools: read_file(path), write_file(path, content), list_dir(path), shell(command), "
+            "wait(duration). Paths are relative to the workspace. To use a tool, call it, or "
+            'reply with only a JSON object like {"tool": "write_file", "args": {"path": '
+            '"notes/todo.md", "content": "..."}}. To wait, use the wait tool (or the '
+            "`sclate-wait --for 10m` command), never sleep. When the task is done, answer in "
+            "plain text.",
+        ]
+        for name in PERSONA_FILES:
+            text = self.memory.read(self.cfg.workspace / name, 1500).strip()
+            if text:
+                parts.append(f"## {name}\n{text}")
+        long_term = self.memory.read(self.memory.main, 3000).strip()
+        if long_term:
+            parts.append(f"## Your memory (MEMORY.md)\n{long_term}")
+        for day in (now.date() - dt.timedelta(days=1), now.date()):
+            notes = self.memory.read(self.memory.notes_for(day), 1500).strip()
+            if notes:
+                parts.append(f"## Your notes of {day.isoformat()}\n{notes}")
+        return "\n\n".join(parts)
+
+    def _trim_history(self) -> None:
+        while (
+            self.history
+            and sum(len(str(m.get("content") or "")) for m in self.history) > self.cfg.history_chars
+        ):
+            del self.history[:2]
+
+    def turn(self, text: str, round_id: str | None = None) -> dict[str, Any]:
+        """One user message to the final reply; never raises."""
+        self.turns += 1
+        turn_id = round_id or f"{self.session}:{self.turns}"
+        tools = Tools(self.cfg)
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self.system_prompt()},
+            *self.history,
+            {"role": "user", "content": text},
+        ]
+        steps = 0
+        reply = ""
+        error: str | None = None
+        try:
+            while True:
+                allow_tools = steps < self.cfg.max_steps
+                if not allow_tools and steps:
+                    messages.append(
+                        {
+                            "role": "user",
+                            "content": "You have used all your tool steps. "
+                            "Answer now in plain text.",
+                        }
+                    )
+                message = self.model.chat(
+                    messages, thread=self.session, turn=turn_id, tools=allow_tools
+                )
+                content = message.get("content")
+                content_text = content if isinstance(content, str) else ""
+                calls, why = parse_tool_calls(message) if allow_tools else ([], "no tools left")
+                if not calls:
+                    reply = content_text or _describe_calls(message)
+                    if why not in ("no tool call", "no tools left"):
+                        _log(f"turn {turn_id}: {why}; taken as the answer")
+                    break
+                steps += 1
+                if message.get("tool_calls"):
+                    messages.append(
+                        {
+                            "role": "assistant",
+                            "content": content,
+                            "tool_calls": message["tool_calls"],
+                        }
+                    )
+                    for call in calls:
+                        messages.append(
+                            {
+                                "role": "tool",
+                                "tool_call_id": call.call_id or "",
+                                "content": tools.run(call),
+                            }
+                        )
+                else:
+                    messages.append({"role": "assistant", "content": content_text})
+                    results = "\n\n".join(f"Result of {c.name}:\n{tools.run(c)}" for c in calls)
+                    messages.append({"role": "user", "content": results})
+        except ModelError as exc:
+            error = str(exc)
+            _log(f"turn {turn_id}: {error}")
+        self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
+        self._trim_history()
+        self._note(text, reply, tools.written, error)
+        return {"reply": reply, "steps": steps, "error": error, "written": tools.written}
+
+    def _note(self, text: str, reply: str, written: list[str], error: str | None) -> None:
+        def short(s: str) -> str:
+            s = " ".join(s.split())
+            return s if len(s) <= 200 else s[:200] + "..."
+
+        line = f"[{self.session}] asked: {short(text)} | replied: {short(reply) or '(nothing)'}"
+        if written:
+            line += f" | wrote: {', '.join(sorted(set(written)))}"
+        if error:
+            line += f" | model error: {short(error)}"
+        try:
+            self.memory.add_note(_now(), line)
+        except OSError as exc:
+            _log(f"could not write a note: {exc}")
+
+    def consolidate(self) -> tuple[int, str]:
+        """Fold past days' notes into MEMORY.md; (exit code, message)."""
+        pending = self.memory.pending_days(_now().date())
+        if not pending:
+            return 0, "nothing to consolidate"
+        notes = "\n\n".join(f"### {p.stem}\n{self.memory.read(p, 4000)}" for p in pending)
+        current = self.memory.read(self.memory.main, 6000) or "(empty)"
+        prompt = (
+            "You keep a long-term memory file for an assistant. Merge the new notes into it. "
+            "Keep facts about the user, their preferences, feedback received, and files created. "
+            "Use short bullet points, at most 40 lines. Reply with the complete new file only.\n\n"
+            f"## Current MEMORY.md\n{current}\n\n## New notes\n{notes}"
+        )
+        try:
+            message = self.model.chat(
+                [{"role": "user", "content": prompt}],
+                thread="consolidate",
+                turn=_now().date().isoformat(),
+                tools=False,
+            )
+        except ModelError as exc:
+            return 1, f"consolidation failed, memory unchanged: {exc}"
+        content = message.get("content")
+        text = (
+            re.sub(r"^```(?:markdown|md)?\s*|\s*```$", "", content.strip())
+            if isinstance(content, str)
+            else ""
+        )
+        if not text:
+            return 1, "the model returned an empty memory; memory unchanged"
+        _atomic_write(self.memory.main, text + "\n")
+        self.memory.mark_done([p.stem for p in pending])
+        return 0, f"consolidated {len(pending)} day(s) of notes into {self.memory.main}"
+
+    def dump_state(self) -> dict[str, Any]:
+        return {"session": self.session, "history": self.history, "turns": self.turns}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.session = str(state.get("session", "default"))
+        history = state.get("history", [])
+        self.history = (
+            [m for m in history if isinstance(m, dict)] if isinstance(history, list) else []
+        )
+        self.turns = int(state.get("turns", 0))
+
+
+def _describe_calls(message: dict[str, Any]) -> str:
+    """Text for a message that held only (broken) tool calls and no content."""
+    calls = message.get("tool_calls")
+    return json.dumps(calls)[:2000] if calls else ""
+
+
+# -- entry points ----------------------------------------------------------------------------
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def serve(agent: Agent) -> int:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            _emit({"type": "error", "error": f"bad request: {exc}"})
+            continue
+        kind = req.get("type")
+        if kind == "message":
+            round_id = req.get("round_id")
+            _emit(
+                {
+                    "type": "received",
+                    "wall_ns": time.time_ns(),
+                    "mono_ns": time.monotonic_ns(),
+                    "round_id": round_id,
+                }
+            )
+            if req.get("session") and req["session"] != agent.session:
+                agent.start_session(str(req["session"]))
+            result = agent.turn(
+                str(req.get("text", "")), round_id if isinstance(round_id, str) else None
+            )
+            _emit({"type": "turn_end", "round_id": round_id, "wall_ns": time.time_ns(), **result})
+        elif kind == "start_session":
+            agent.start_session(req.get("session"))
+            _emit({"type": "session_started", "session": agent.session})
+        elif kind == "stop_session":
+            agent.stop_session()
+            _emit({"type": "session_stopped", "session": agent.session})
+        elif kind == "dump_state":
+            _emit({"type": "state", "state": agent.dump_state()})
+        elif kind == "load_state":
+            state = req.get("state")
+            agent.load_state(state if isinstance(state, dict) else {})
+            _emit({"type": "state_loaded"})
+        elif kind == "ping":
+            _emit({"type": "pong"})
+        else:
+            _emit({"type": "error", "error": f"unknown request type {kind!r}"})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if args else 2
+    agent = Agent(Config())
+    command = args[0]
+    if command == "serve":
+        return serve(agent)
+    if command == "once":
+        if len(args) < 2:
+            print('usage: agent.py once "message"', file=sys.stderr)
+            return 2
+        result = agent.turn(" ".join(args[1:]))
+        print(result["reply"])
+        return 1 if result["error"] else 0
+    if command == "consolidate":
+        code, message = agent.consolidate()
+        print(message, file=sys.stderr if code else sys.stdout)
+        return code
+    print(f"unknown command {command!r}; use serve, once or consolidate", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
