@@ -120,8 +120,7 @@ def test_judge_prompts_match_upstream_per_type() -> None:
     )
     assert (
         "(e.g., predicting 19 days when the answer is 18), "
-        "the model's response is still correct. \n\n"
-        in temporal
+        "the model's response is still correct. \n\n" in temporal
     )
     update = anscheck_prompt("knowledge-update", "Q", "A", "R")
     assert (

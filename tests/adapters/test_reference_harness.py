@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import shutil
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -15,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from adapters._base import ScenarioConfig
+from adapters.metaclaw import MetaClawBenchmark
 from adapters.reference_harness import (
     AGENT_PY,
     CRONTAB,
@@ -24,7 +27,8 @@ from adapters.reference_harness import (
     parse_crontab,
 )
 from sclated.errors import InvalidArgument
-from sclated.scheduler import DeliverPrompt, ExecInSandbox, Scheduler
+from sclated.scheduler import AgentControl, DeliverPrompt, ExecInSandbox, Grade, Scheduler, StopRun
+from tests.adapters._doubles import DoubleGradeContext
 
 _NS = 1_000_000_000
 Reply = dict[str, Any] | int  # a chat message, or an HTTP error status
@@ -51,6 +55,8 @@ class FakeOpenAIServer:
     def __init__(self) -> None:
         self.script: list[Reply] = []
         self.fallback: Reply = answer("(no more scripted replies)")
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
+        """When set, replies are computed from each request instead of the script."""
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         double = self
@@ -60,7 +66,10 @@ class FakeOpenAIServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 double.requests.append(body)
                 double.headers.append({k.lower(): v for k, v in self.headers.items()})
-                reply = double.script.pop(0) if double.script else double.fallback
+                if double.responder is not None:
+                    reply = double.responder(body)
+                else:
+                    reply = double.script.pop(0) if double.script else double.fallback
                 if isinstance(reply, int):
                     payload = json.dumps({"error": {"message": "scripted failure"}}).encode()
                     self.send_response(reply)
@@ -439,3 +448,60 @@ def test_adapter_routines_use_the_runtime_cron_parser() -> None:
     start = int(dt.datetime(2026, 3, 16, 9, 0, tzinfo=dt.UTC).timestamp()) * _NS
     fired = _drive_cron(source, start, start + 2 * 86400 * _NS)
     assert [dt.datetime.fromtimestamp(t / _NS, tz=dt.UTC).hour for t, _ in fired] == [2, 2]
+
+
+# -- end to end: the tiny MetaClaw scenario through the real harness -----------------------------
+
+
+async def test_tiny_metaclaw_through_the_harness(
+    model: FakeOpenAIServer, dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    ws, _ = dirs
+    scenario = MetaClawBenchmark().load(
+        ScenarioConfig(scenario="tiny", options={"seed_dir": str(tmp_path / "seed")})
+    )
+    seed = scenario.workspace_seed()
+    assert seed is not None
+    shutil.copytree(seed, ws, dirs_exist_ok=True)
+
+    def respond(body: dict[str, Any]) -> Reply:
+        # A weak model's behaviour: a write for the todo task, then \bbox{A,C} for everything.
+        last = body["messages"][-1]
+        if last["role"] == "user" and "create the file notes/todo.md" in str(last["content"]):
+            return tool_call("write_file", {"path": "notes/todo.md", "content": "milk\n"})
+        return answer(r"\bbox{A,C}")
+
+    model.responder = respond
+
+    transport = await SubprocessTransport.start(env=_env(model, dirs))
+    adapter = ReferenceHarnessAdapter(transport, turn_timeout_s=60)
+    ctx = DoubleGradeContext(ws)
+    sched = Scheduler(start_ns=scenario.start_ns, sources=scenario.sources())
+    try:
+        stopped = False
+        while not stopped and (due := sched.next_due_ns()) is not None:
+            rec = sched.pop_due(max(due, sched.now_ns))
+            assert rec is not None
+            for effect in rec.effects:
+                if isinstance(effect, AgentControl) and effect.action == "start":
+                    shutil.copytree(rec.data["workspace_seed"], ws, dirs_exist_ok=True)
+                    await adapter.start_session(rec.data["session"])
+                elif isinstance(effect, AgentControl) and effect.action == "stop":
+                    await adapter.stop_session()
+                elif isinstance(effect, DeliverPrompt):
+                    result = await adapter.deliver(effect)
+                    assert effect.round_id is not None
+                    ctx.replies[effect.round_id] = result.reply
+                    sched.apply_action("agent", "turn_end", {"round_id": effect.round_id})
+                elif isinstance(effect, Grade):
+                    sched.apply_grade(effect.check_id, await scenario.grade(effect, ctx))
+                elif isinstance(effect, StopRun):
+                    stopped = True
+    finally:
+        await transport.close()
+    assert stopped
+    scores = {rid: v.score for rid, v in sched.snapshot().grades.items()}
+    assert scores["day01/r1"] == 1.0  # the harness wrote the file the check looks for
+    assert scores["day01/r2"] == 1.0 and scores["day02/r2"] == 1.0
+    assert scores["day02/r1"] == 0.0 and scores["day03/r1"] == 0.0
+    assert (ws / "day02" / "shopping.txt").is_file()  # day seeds arrived each morning
