@@ -8,6 +8,7 @@ without Docker or a model.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,7 +33,14 @@ class ScriptedAgent:
         fail_on = opts.get("fail_on_round", "")
         if not isinstance(fail_on, str):
             raise InvalidArgument("scripted option 'fail_on_round' must be a string", field="run.agent.options.fail_on_round")
+        jitter = opts.get("turn_jitter", 0.0)
+        if not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter < 1:
+            raise InvalidArgument(
+                f"scripted option 'turn_jitter' must be a fraction in [0, 1), got {jitter!r}",
+                field="run.agent.options.turn_jitter",
+            )
         self._turn_s = float(turn_ms) / 1000.0
+        self._jitter = float(jitter)
         self._fail_on = fail_on
         self._session: str | None = None
         self.sessions_started = 0
@@ -55,10 +63,17 @@ class ScriptedAgent:
         if self._fail_on and prompt.round_id == self._fail_on:
             raise FailedPrecondition(f"scripted agent told to fail on round {self._fail_on!r}")
         if self._turn_s:
-            await asyncio.sleep(self._turn_s)
+            await asyncio.sleep(self._turn_s * self._spread(prompt.text))
         return TurnResult(
             reply=f"done: {prompt.text[:80]}", started_ns=0, ended_ns=0, received_wall_ns=received
         )
+
+    def _spread(self, text: str) -> float:
+        """A deterministic factor in [1 - jitter, 1 + jitter], so turns vary like real ones do."""
+        if not self._jitter:
+            return 1.0
+        h = int.from_bytes(hashlib.blake2b(f"{id(self)}:{text}".encode(), digest_size=4).digest(), "big")
+        return 1.0 + self._jitter * (2 * h / 0xFFFFFFFF - 1)
 
     async def save_state(self, dest: Path) -> None:
         dest.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -156,6 +157,11 @@ def run_daemon(config: DaemonConfig) -> int:
     )
 
     async def amain() -> None:
+        # A long-lived daemon holding many small objects: full collections of
+        # the startup heap are pure pause time, so freeze it and collect the
+        # young generation less eagerly.
+        gc.freeze()
+        gc.set_threshold(100_000, 50, 1000)
         daemon = Daemon(config)
         await daemon.start()
         daemon.install_signal_handlers()
