@@ -264,33 +264,31 @@ async def image_refs() -> dict[str, str]:
 
 
 class _BuildLock:
-    """One builder at a time per machine (tests and daemons may race to build)."""
+    """One builder at a time per machine (tests and daemons may race to build).
 
-    _local = asyncio.Lock()
+    flock locks belong to the open file description, so two coroutines of one
+    process, each opening the file, exclude each other as two processes do.
+    """
 
     def __init__(self) -> None:
         self._fh: IO[bytes] | None = None
 
     async def __aenter__(self) -> None:
-        await self._local.acquire()
+        path = cache_dir() / "build.lock"
+        await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+        fh = await asyncio.to_thread(open, path, "ab")
         try:
-            path = cache_dir() / "build.lock"
-            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
-            fh = await asyncio.to_thread(open, path, "ab")
             await asyncio.to_thread(fcntl.flock, fh.fileno(), fcntl.LOCK_EX)
-            self._fh = fh
         except BaseException:
-            self._local.release()
+            fh.close()
             raise
+        self._fh = fh
 
     async def __aexit__(self, *exc: object) -> None:
-        try:
-            if self._fh is not None:
-                fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-                self._fh.close()
-                self._fh = None
-        finally:
-            self._local.release()
+        if self._fh is not None:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
 
 
 async def _image_id(docker: aiodocker.Docker, ref: str) -> str | None:

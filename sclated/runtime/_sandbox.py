@@ -167,6 +167,7 @@ class Sandbox:
         await self.runtime.stop(self.id, grace_s=grace_s)
 
     async def remove(self) -> None:
+        """Remove the container, and the run's network and volumes unless still in use."""
         await self.runtime.remove(self.id)
         await self.runtime.remove_run_resources(self.spec)
 

@@ -44,10 +44,6 @@ class SnapshotInfo:
     pause_ms: float  # how long the sandbox was frozen
     bytes: int
 
-    @property
-    def dir(self) -> Path:
-        return Path(self.archives[0][1]).parent if self.archives else Path()
-
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
 
