@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import statistics
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
@@ -75,6 +77,11 @@ def load_scenario(registry: Registry, spec: RunSpec) -> Scenario:
             options=spec.benchmark.options,
         )
     )
+
+
+def _jsonable(value: Any) -> Any:
+    """Verdict details must survive the durable journal: keep what JSON can carry."""
+    return json.loads(json.dumps(value, default=str))
 
 
 class _GradeContext:
@@ -277,7 +284,8 @@ class RunWorker:
                  "score": verdict.score if verdict.score is not None else 0.0, "reason": verdict.reason},
                 loop.clock.now(),
             )
-            loop.apply_grade(effect.check_id, {"score": verdict.score, "graded": verdict.graded})
+            # The verdict itself goes into the snapshot: adapters chain on it (feedback, next round).
+            loop.apply_grade(effect.check_id, _jsonable(dataclasses.asdict(verdict)))
         finally:
             loop.leases.release(lease)
 
