@@ -30,6 +30,7 @@ async def start_daemon_process(
     state_dir: Path, *extra: str, timeout_s: float = 30.0
 ) -> tuple[asyncio.subprocess.Process, dict[str, Any]]:
     """Start `sclated` on a free port and wait for its ready file."""
+    state_dir.mkdir(parents=True, exist_ok=True)
     ready = state_dir / "ready.json"
     ready.unlink(missing_ok=True)
     exe = Path(sys.executable).with_name("sclated")
