@@ -53,7 +53,10 @@ class Scheduler:
         self._now = start_ns
         self.start_ns = start_ns
         self._sources: dict[str, tuple[EventSource, int]] = {}
+        # Only unfired events: a fired one lives on as its fire record, so a
+        # long run does not keep (and garbage-collect over) every spec twice.
         self._events: dict[str, PendingEvent] = {}
+        self._scheduled = 0
         self._ready: list[tuple[int, int, int, int, str]] = []
         self._conditions: dict[str, PendingEvent] = {}
         self._dependents: dict[str, list[str]] = {}
@@ -82,7 +85,7 @@ class Scheduler:
 
     @property
     def scheduled_count(self) -> int:
-        return len(self._events)
+        return self._scheduled
 
     def sources(self) -> list[str]:
         return list(self._sources)
@@ -115,7 +118,7 @@ class Scheduler:
 
     def pending(self) -> list[PendingEvent]:
         """Events registered but not fired, in no particular order."""
-        return [p for eid, p in self._events.items() if eid not in self._fired]
+        return list(self._events.values())
 
     def is_fired(self, event_id: str) -> bool:
         return event_id in self._fired
@@ -158,7 +161,7 @@ class Scheduler:
             eid = spec.id
             if not eid or not isinstance(eid, str):
                 raise ScheduleError(f"source {source!r} returned an event without an id", event_id=str(eid))
-            if eid in self._events or eid in batch_ids:
+            if eid in self._events or eid in self._fired or eid in batch_ids:
                 raise ScheduleError(f"event {eid!r} is already scheduled", event_id=eid, reason="DUPLICATE_EVENT")
             batch_ids.add(eid)
             for effect in spec.effects:
@@ -193,7 +196,7 @@ class Scheduler:
         for spec in specs:
             if isinstance(spec.trigger, After):
                 for dep in spec.trigger.deps:
-                    if dep not in self._events and dep not in by_id:
+                    if dep not in self._events and dep not in self._fired and dep not in by_id:
                         raise ScheduleError(
                             f"event {spec.id!r} depends on unknown event {dep!r}",
                             event_id=spec.id,
@@ -261,6 +264,7 @@ class Scheduler:
         for spec in specs:
             pend = PendingEvent(spec, source, rank, next(self._arrivals))
             self._events[spec.id] = pend
+            self._scheduled += 1
             trig = spec.trigger
             if isinstance(trig, At):
                 self._make_ready(pend, trig.time_ns)
@@ -315,7 +319,7 @@ class Scheduler:
         if not ready or ready[0][0] > now_ns:
             return None
         due, prio, rank, arrival, eid = heapq.heappop(ready)
-        pend = self._events[eid]
+        pend = self._events.pop(eid)
         rec = FireRecord(
             seq=len(self.journal),
             event_id=eid,

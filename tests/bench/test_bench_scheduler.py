@@ -34,6 +34,8 @@ async def test_quick_bench_reports_every_figure_in_order() -> None:
     assert out["event_loop"] in ("asyncio", "uvloop")
     assert out["events_fired"] == out["events_scheduled"]
     assert isinstance(out["events_fired"], int) and out["events_fired"] > 5_000
-    assert isinstance(out["arc_sim_span_s"], float) and out["arc_sim_span_s"] >= 3 * 86_400
+    # The span is measured from the start of run(); a flowing clock may have
+    # moved a little since the scenario's origin.
+    assert isinstance(out["arc_sim_span_s"], float) and out["arc_sim_span_s"] > 3 * 86_400 - 1
     assert isinstance(out["jumps"], int) and out["jumps"] > 0
     assert out["lateness_jumps"] == 0  # a lease was held throughout
