@@ -21,7 +21,8 @@ SIM_START_NS = 1_924_992_000 * 1_000_000_000  # 2031-01-01T00:00:00Z
 def sandbox_image() -> str:
     """The sclate-sandbox image ref, built if missing (idempotent)."""
     lines: list[str] = []
-    asyncio.run(build_all(lines.append))
+    # Only what these tests use: other packages may register heavier images.
+    asyncio.run(build_all(lines.append, names=["sclate-sandbox"]))
     return asyncio.run(image_ref("sclate-sandbox"))
 
 
