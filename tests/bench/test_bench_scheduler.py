@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from sclated.bench._scheduler import bench_scheduler
+from sclated.bench import bench_scheduler
 
 FLOATS = (
     "fires_per_second",
