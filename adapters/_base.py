@@ -86,7 +86,9 @@ class TurnResult:
 class GradeContext(Protocol):
     """What grading may use: the agent's workspace and replies, a judge model."""
 
-    async def exec_in_workspace(self, command: str, *, timeout_s: float = 120.0) -> tuple[int, str]: ...
+    async def exec_in_workspace(
+        self, command: str, *, timeout_s: float = 120.0
+    ) -> tuple[int, str]: ...
 
     def reply_for(self, round_id: str) -> str | None: ...
 

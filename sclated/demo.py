@@ -35,17 +35,27 @@ class _MemorySink:
         pass
 
 
-async def run_inprocess_demo(days: int = 5, events_per_day: int = 4, turn_ms: int = 40) -> dict[str, Any]:
+async def run_inprocess_demo(
+    days: int = 5, events_per_day: int = 4, turn_ms: int = 40
+) -> dict[str, Any]:
     spec = RunSpec.from_dict(
         {
-            "benchmark": {"name": "synthetic", "options": {"days": days, "events_per_day": events_per_day}},
+            "benchmark": {
+                "name": "synthetic",
+                "options": {"days": days, "events_per_day": events_per_day},
+            },
             "agent": {"harness": "scripted", "options": {"turn_ms": turn_ms}},
         }
     )
     sink = _MemorySink()
     worker = RunWorker("demo", spec, default_registry(), sink)
     outcome = await worker.run()
-    return {"state": outcome.state, "reason": outcome.reason, "results": outcome.results, "events": sink.events}
+    return {
+        "state": outcome.state,
+        "reason": outcome.reason,
+        "results": outcome.results,
+        "events": sink.events,
+    }
 
 
 def _fmt(ns: int) -> str:
@@ -69,17 +79,28 @@ def _print_report(report: dict[str, Any]) -> None:
     console.print(tl)
     days = Table("day", "score", "reason", title="grading")
     for r in res["round_scores"]:
-        days.add_row(r["round_id"], f"{r['score']:.2f}" if r["graded"] else "ungradable", r["reason"])
+        days.add_row(
+            r["round_id"], f"{r['score']:.2f}" if r["graded"] else "ungradable", r["reason"]
+        )
     console.print(days)
     m = Table(show_header=False, title="scheduler measurements")
     m.add_row("state", f"{report['state']} ({report['reason']})")
-    m.add_row("events fired / scheduled", f"{s['events_fired']} / {s['events_scheduled']}  in order: {s['in_order']}")
-    m.add_row("delivery delay", f"p50 {s['delivery_delay_ms_p50']:.2f} ms, max {s['delivery_delay_ms_max']:.2f} ms")
+    m.add_row(
+        "events fired / scheduled",
+        f"{s['events_fired']} / {s['events_scheduled']}  in order: {s['in_order']}",
+    )
+    m.add_row(
+        "delivery delay",
+        f"p50 {s['delivery_delay_ms_p50']:.2f} ms, max {s['delivery_delay_ms_max']:.2f} ms",
+    )
     m.add_row("simulated span", f"{s['sim_span_s'] / 86400:.2f} days")
     m.add_row("wall time", f"{s['wall_s']:.2f} s")
     m.add_row("clock jumps", str(s["jumps"]))
     ratio, limit = s["compression_ratio"], s["compression_limit"]
-    m.add_row("compression", f"{ratio:,.0f}x of a possible {limit:,.0f}x ({ratio / limit:.1%} of the limit)")
+    m.add_row(
+        "compression",
+        f"{ratio:,.0f}x of a possible {limit:,.0f}x ({ratio / limit:.1%} of the limit)",
+    )
     m.add_row("score", f"{res['score']:.3f} over {res['rounds_graded']} graded days")
     console.print(m)
 

@@ -25,14 +25,21 @@ class ScriptedAgent:
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         opts = dict(options or {})
         turn_ms = opts.get("turn_ms", 5)
-        if not isinstance(turn_ms, int | float) or isinstance(turn_ms, bool) or not 0 <= turn_ms <= 600_000:
+        if (
+            not isinstance(turn_ms, int | float)
+            or isinstance(turn_ms, bool)
+            or not 0 <= turn_ms <= 600_000
+        ):
             raise InvalidArgument(
                 f"scripted option 'turn_ms' must be a number in [0, 600000], got {turn_ms!r}",
                 field="run.agent.options.turn_ms",
             )
         fail_on = opts.get("fail_on_round", "")
         if not isinstance(fail_on, str):
-            raise InvalidArgument("scripted option 'fail_on_round' must be a string", field="run.agent.options.fail_on_round")
+            raise InvalidArgument(
+                "scripted option 'fail_on_round' must be a string",
+                field="run.agent.options.fail_on_round",
+            )
         jitter = opts.get("turn_jitter", 0.0)
         if not isinstance(jitter, int | float) or isinstance(jitter, bool) or not 0 <= jitter < 1:
             raise InvalidArgument(
@@ -72,16 +79,24 @@ class ScriptedAgent:
         """A deterministic factor in [1 - jitter, 1 + jitter], so turns vary like real ones do."""
         if not self._jitter:
             return 1.0
-        h = int.from_bytes(hashlib.blake2b(f"{id(self)}:{text}".encode(), digest_size=4).digest(), "big")
+        h = int.from_bytes(
+            hashlib.blake2b(f"{id(self)}:{text}".encode(), digest_size=4).digest(), "big"
+        )
         return 1.0 + self._jitter * (2 * h / 0xFFFFFFFF - 1)
 
     async def save_state(self, dest: Path) -> None:
-        dest.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread((dest / "scripted.txt").write_text, "\n".join(self.messages))
+        def write() -> None:
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / "scripted.txt").write_text("\n".join(self.messages))
+
+        await asyncio.to_thread(write)
 
     async def restore_state(self, src: Path) -> None:
         path = src / "scripted.txt"
-        text = await asyncio.to_thread(path.read_text) if path.exists() else ""
+        try:
+            text = await asyncio.to_thread(path.read_text)
+        except FileNotFoundError:
+            text = ""
         self.messages = text.splitlines()
 
     def routines(self) -> Sequence[EventSource]:

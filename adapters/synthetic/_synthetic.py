@@ -91,7 +91,13 @@ class _DaySource:
                 yield EventSpec(
                     rid,
                     At(day0 + 60 * _S + k * o.spacing_s * _S),
-                    (DeliverPrompt(f"Day {d}, task {k}: reply with the word done.", session=f"d{d}", round_id=rid),),
+                    (
+                        DeliverPrompt(
+                            f"Day {d}, task {k}: reply with the word done.",
+                            session=f"d{d}",
+                            round_id=rid,
+                        ),
+                    ),
                     data={"day": d, "round_id": rid},
                 )
             yield EventSpec(
@@ -102,13 +108,21 @@ class _DaySource:
             )
             yield EventSpec(
                 f"d{d}.done",
-                When(_all_done(d, o.events_per_day), f"all {o.events_per_day} tasks of day {d} answered"),
+                When(
+                    _all_done(d, o.events_per_day),
+                    f"all {o.events_per_day} tasks of day {d} answered",
+                ),
                 (MutateWorld({"day_done": d}),),
                 data={"day": d},
             )
-            yield EventSpec(f"d{d}.grade", After((f"d{d}.done",)), (Grade(f"d{d}"),), data={"day": d})
             yield EventSpec(
-                f"d{d}.stop", After((f"d{d}.grade",), 60 * _S), (AgentControl("stop"),), data={"day": d}
+                f"d{d}.grade", After((f"d{d}.done",)), (Grade(f"d{d}"),), data={"day": d}
+            )
+            yield EventSpec(
+                f"d{d}.stop",
+                After((f"d{d}.grade",), 60 * _S),
+                (AgentControl("stop"),),
+                data={"day": d},
             )
             last_stop = f"d{d}.stop"
         yield EventSpec("end", After((last_stop,), _S), (StopRun("all days done"),))
@@ -169,7 +183,9 @@ class SyntheticBenchmark:
 
     def load(self, config: ScenarioConfig) -> SyntheticScenario:
         if config.data_dir is not None:
-            raise InvalidArgument("the synthetic benchmark takes no data_dir", field="run.benchmark.data_dir")
+            raise InvalidArgument(
+                "the synthetic benchmark takes no data_dir", field="run.benchmark.data_dir"
+            )
         o = config.options
         return SyntheticScenario(
             _Options(

@@ -27,14 +27,21 @@ def parse_tokens(text: str, source: str = "tokens file") -> dict[str, str]:
             continue
         parts = line.split()
         if len(parts) != 2:
-            raise InvalidArgument(f"{source}, line {n}: expected 'TOKEN TENANT', got {len(parts)} fields", field="tokens_file")
+            raise InvalidArgument(
+                f"{source}, line {n}: expected 'TOKEN TENANT', got {len(parts)} fields",
+                field="tokens_file",
+            )
         token, tenant = parts
         if len(token) < 16:
-            raise InvalidArgument(f"{source}, line {n}: token shorter than 16 characters", field="tokens_file")
+            raise InvalidArgument(
+                f"{source}, line {n}: token shorter than 16 characters", field="tokens_file"
+            )
         try:
             validate_tenant(tenant)
         except InvalidArgument as exc:
-            raise InvalidArgument(f"{source}, line {n}: {exc.message}", field="tokens_file") from None
+            raise InvalidArgument(
+                f"{source}, line {n}: {exc.message}", field="tokens_file"
+            ) from None
         if token in out:
             raise InvalidArgument(f"{source}, line {n}: token listed twice", field="tokens_file")
         out[token] = tenant
@@ -59,7 +66,9 @@ class TokenTable:
         try:
             text = path.read_text()
         except OSError as exc:
-            raise InvalidArgument(f"cannot read tokens file {str(path)!r}: {exc.strerror}", field="tokens_file") from None
+            raise InvalidArgument(
+                f"cannot read tokens file {str(path)!r}: {exc.strerror}", field="tokens_file"
+            ) from None
         return parse_tokens(text, str(path))
 
     def reload(self) -> bool:

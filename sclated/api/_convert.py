@@ -14,7 +14,12 @@ from sclated.store import EventRow
 __all__ = ["event_to_proto", "run_spec_from_proto", "run_to_proto"]
 
 _MAX_OPTIONS_BYTES = 64 * 1024
-_CLOCK_MODES = {pb.CLOCK_MODE_UNSPECIFIED: "hybrid", pb.HYBRID: "hybrid", pb.REALTIME: "realtime", pb.DISCRETE: "discrete"}
+_CLOCK_MODES = {
+    pb.CLOCK_MODE_UNSPECIFIED: "hybrid",
+    pb.HYBRID: "hybrid",
+    pb.REALTIME: "realtime",
+    pb.DISCRETE: "discrete",
+}
 _CLOCK_ENUM = {"hybrid": pb.HYBRID, "realtime": pb.REALTIME, "discrete": pb.DISCRETE}
 
 
@@ -43,7 +48,9 @@ def run_spec_from_proto(run: pb.Run) -> RunSpec:
         start_ns = run.clock.start_time.ToNanoseconds()
     mode = _CLOCK_MODES.get(run.clock.mode)
     if mode is None:
-        raise InvalidArgument(f"run.clock.mode {run.clock.mode} is not a ClockMode", field="run.clock.mode")
+        raise InvalidArgument(
+            f"run.clock.mode {run.clock.mode} is not a ClockMode", field="run.clock.mode"
+        )
     b, a = run.benchmark, run.agent
     return RunSpec.from_dict(
         {
@@ -57,7 +64,11 @@ def run_spec_from_proto(run: pb.Run) -> RunSpec:
             "agent": {
                 "harness": a.harness,
                 "memory": a.memory,
-                "model": {"base_url": a.model.base_url, "api": a.model.api or "openai", "model": a.model.model},
+                "model": {
+                    "base_url": a.model.base_url,
+                    "api": a.model.api or "openai",
+                    "model": a.model.model,
+                },
                 "resources": {
                     "memory_bytes": a.resources.memory_bytes,
                     "cpus": a.resources.cpus,
@@ -81,8 +92,12 @@ def _results_to_proto(results: dict[str, Any]) -> pb.RunResults:
     )
     for r in results.get("round_scores", []):
         out.round_scores.add(
-            round_id=r["round_id"], day=str(r.get("day", "")), kind=r.get("kind", ""),
-            graded=bool(r.get("graded")), score=float(r.get("score") or 0.0), reason=r.get("reason", ""),
+            round_id=r["round_id"],
+            day=str(r.get("day", "")),
+            kind=r.get("kind", ""),
+            graded=bool(r.get("graded")),
+            score=float(r.get("score") or 0.0),
+            reason=r.get("reason", ""),
         )
     s = results.get("scheduler")
     if s:
@@ -103,7 +118,9 @@ def _results_to_proto(results: dict[str, Any]) -> pb.RunResults:
         )
     for c in results.get("calls", []):
         out.calls.add(
-            role=c["role"], calls=c.get("calls", 0), prompt_tokens=c.get("prompt_tokens", 0),
+            role=c["role"],
+            calls=c.get("calls", 0),
+            prompt_tokens=c.get("prompt_tokens", 0),
             completion_tokens=c.get("completion_tokens", 0),
         )
     return out
@@ -114,12 +131,16 @@ def run_to_proto(view: RunView) -> pb.Run:
     b, a, c = spec.benchmark, spec.agent, spec.clock
     run = pb.Run(
         name=view.name,
-        benchmark=pb.BenchmarkSpec(name=b.name, scenario=b.scenario, data_dir=b.data_dir, subset=list(b.subset)),
+        benchmark=pb.BenchmarkSpec(
+            name=b.name, scenario=b.scenario, data_dir=b.data_dir, subset=list(b.subset)
+        ),
         agent=pb.AgentSpec(
             harness=a.harness,
             memory=a.memory,
             model=pb.ModelEndpoint(base_url=a.model.base_url, api=a.model.api, model=a.model.model),
-            resources=pb.Resources(memory_bytes=a.resources.memory_bytes, cpus=a.resources.cpus, pids=a.resources.pids),
+            resources=pb.Resources(
+                memory_bytes=a.resources.memory_bytes, cpus=a.resources.cpus, pids=a.resources.pids
+            ),
         ),
         clock=pb.ClockSpec(mode=_CLOCK_ENUM[c.mode.value], rate=c.rate),
         labels=dict(spec.labels),
@@ -134,8 +155,12 @@ def run_to_proto(view: RunView) -> pb.Run:
         run.agent.options.update(dict(a.options))
     if c.start_ns is not None:
         run.clock.start_time.FromNanoseconds(c.start_ns)
-    for fname, ns in (("create_time", view.create_ns), ("start_time", view.start_ns),
-                      ("end_time", view.end_ns), ("sim_time", view.sim_ns)):
+    for fname, ns in (
+        ("create_time", view.create_ns),
+        ("start_time", view.start_ns),
+        ("end_time", view.end_ns),
+        ("sim_time", view.sim_ns),
+    ):
         ts = _ts(ns)
         if ts is not None:
             getattr(run, fname).CopyFrom(ts)
@@ -151,24 +176,45 @@ def event_to_proto(ev: EventRow, run_name: str) -> pb.RunEvent:
     p = ev.payload
     if ev.kind == "fire":
         out.fire.CopyFrom(
-            pb.FireEvent(event_id=p["event_id"], source=p["source"], priority=p["priority"],
-                         snapshot_version=p["snapshot_version"], effects=p["effects"])
+            pb.FireEvent(
+                event_id=p["event_id"],
+                source=p["source"],
+                priority=p["priority"],
+                snapshot_version=p["snapshot_version"],
+                effects=p["effects"],
+            )
         )
         out.fire.due_time.FromNanoseconds(p["due_ns"])
     elif ev.kind == "jump":
         out.jump.from_time.FromNanoseconds(p["from_ns"])
         out.jump.to_time.FromNanoseconds(p["to_ns"])
     elif ev.kind == "lease":
-        out.lease.CopyFrom(pb.LeaseEvent(change=p["change"], lease=p["lease"], holder=p["holder"], held_count=p["held_count"]))
+        out.lease.CopyFrom(
+            pb.LeaseEvent(
+                change=p["change"], lease=p["lease"], holder=p["holder"], held_count=p["held_count"]
+            )
+        )
     elif ev.kind == "turn":
         out.turn.CopyFrom(
-            pb.AgentTurnEvent(round_id=p.get("round_id", ""), session=p.get("session", ""), phase=p.get("phase", ""),
-                              reply=p.get("reply", ""), delivery_delay_ms=p.get("delivery_delay_ms", 0.0))
+            pb.AgentTurnEvent(
+                round_id=p.get("round_id", ""),
+                session=p.get("session", ""),
+                phase=p.get("phase", ""),
+                reply=p.get("reply", ""),
+                delivery_delay_ms=p.get("delivery_delay_ms", 0.0),
+            )
         )
     elif ev.kind == "verdict":
         out.verdict.CopyFrom(
-            pb.VerdictEvent(round_id=p["round_id"], graded=p["graded"], score=p.get("score", 0.0), reason=p.get("reason", ""))
+            pb.VerdictEvent(
+                round_id=p["round_id"],
+                graded=p["graded"],
+                score=p.get("score", 0.0),
+                reason=p.get("reason", ""),
+            )
         )
     elif ev.kind == "state":
-        out.state.CopyFrom(pb.StateChangeEvent(state=pb.State.Value(p["state"]), reason=p.get("reason", "")))
+        out.state.CopyFrom(
+            pb.StateChangeEvent(state=pb.State.Value(p["state"]), reason=p.get("reason", ""))
+        )
     return out

@@ -54,10 +54,14 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     if isinstance(exc, SclateError):
         await context.abort(status_for(exc), exc.message, _trailers(exc))
     log.exception("internal error", exc_info=exc)
-    await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the daemon's log", (("sclate-reason", "INTERNAL"),))
+    await context.abort(
+        grpc.StatusCode.INTERNAL,
+        "internal error; see the daemon's log",
+        (("sclate-reason", "INTERNAL"),),
+    )
 
 
-class SclateInterceptor(grpc.aio.ServerInterceptor):
+class SclateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no type information
     def __init__(self, tokens: TokenTable) -> None:
         self._tokens = tokens
 
@@ -97,7 +101,9 @@ class SclateInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_stream is not None:
             inner_us = handler.unary_stream
 
-            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async def unary_stream(
+                request: Any, context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
                 try:
                     current_tenant.set(self._tenant(context))
                     async for item in inner_us(request, context):

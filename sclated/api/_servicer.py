@@ -21,7 +21,9 @@ class SclateServicer(pb_grpc.SclateServicer):
     def __init__(self, manager: RunManager) -> None:
         self._runs = manager
 
-    async def CreateRun(self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext) -> pb.Run:
+    async def CreateRun(
+        self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Run:
         if not request.HasField("run"):
             raise InvalidArgument("run is required", field="run")
         if request.run.name:
@@ -35,20 +37,31 @@ class SclateServicer(pb_grpc.SclateServicer):
     async def GetRun(self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext) -> pb.Run:
         return run_to_proto(await self._runs.get(current_tenant.get(), request.name))
 
-    async def ListRuns(self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext) -> pb.ListRunsResponse:
+    async def ListRuns(
+        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRunsResponse:
         views, token = await self._runs.list(
-            current_tenant.get(), page_size=request.page_size, page_token=request.page_token, filter=request.filter
+            current_tenant.get(),
+            page_size=request.page_size,
+            page_token=request.page_token,
+            filter=request.filter,
         )
         return pb.ListRunsResponse(runs=[run_to_proto(v) for v in views], next_page_token=token)
 
-    async def CancelRun(self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext) -> pb.Run:
+    async def CancelRun(
+        self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Run:
         return run_to_proto(await self._runs.cancel(current_tenant.get(), request.name))
 
-    async def DeleteRun(self, request: pb.DeleteRunRequest, context: grpc.aio.ServicerContext) -> empty_pb2.Empty:
+    async def DeleteRun(
+        self, request: pb.DeleteRunRequest, context: grpc.aio.ServicerContext
+    ) -> empty_pb2.Empty:
         await self._runs.delete(current_tenant.get(), request.name)
         return empty_pb2.Empty()
 
-    async def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext) -> pb.Run:
+    async def ResumeRun(
+        self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Run:
         return run_to_proto(await self._runs.resume(current_tenant.get(), request.name))
 
     async def WatchRun(
@@ -64,17 +77,23 @@ class SclateServicer(pb_grpc.SclateServicer):
         for name in sorted(self._runs.registry.benchmarks):
             info = self._runs.registry.benchmarks[name].info
             out.benchmarks.add(
-                name=info.name, description=info.description, data_format=info.data_format,
+                name=info.name,
+                description=info.description,
+                data_format=info.data_format,
                 scenarios=list(info.builtin_scenarios),
             )
         return out
 
-    async def ListAgents(self, request: pb.ListAgentsRequest, context: grpc.aio.ServicerContext) -> pb.ListAgentsResponse:
+    async def ListAgents(
+        self, request: pb.ListAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAgentsResponse:
         out = pb.ListAgentsResponse()
         for name in sorted(self._runs.registry.agents):
             entry = self._runs.registry.agents[name]
             out.agents.add(
-                name=entry.name, description=entry.description, sandboxed=entry.sandboxed,
+                name=entry.name,
+                description=entry.description,
+                sandboxed=entry.sandboxed,
                 memory_systems=list(entry.memory_systems),
             )
         return out

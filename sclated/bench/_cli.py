@@ -5,31 +5,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 __all__ = ["BENCHES", "run_bench_cli"]
 
 
-def _scheduler(args: argparse.Namespace) -> Awaitable[dict[str, Any]]:
+def _scheduler(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     from sclated.bench._scheduler import bench_scheduler
 
     return bench_scheduler(quick=args.quick)
 
 
-def _daemon(args: argparse.Namespace) -> Awaitable[dict[str, Any]]:
+def _daemon(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     from sclated.bench._daemon import bench_daemon
 
     return bench_daemon(runs=args.runs, turn_ms=args.turn_ms)
 
 
-def _sandbox(args: argparse.Namespace) -> Awaitable[dict[str, Any]]:
+def _sandbox(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     from sclated.runtime._bench import bench_sandbox
 
     return bench_sandbox()
 
 
-BENCHES: dict[str, Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]] = {
+BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
     "sandbox": _sandbox,
@@ -52,7 +52,7 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        result = runner.run(bench(args))
+        result: dict[str, Any] = runner.run(bench(args))
     if args.json:
         print(json.dumps(result))
     else:

@@ -74,12 +74,19 @@ class Daemon:
         sclate_pb2_grpc.add_SclateServicer_to_server(SclateServicer(self.manager), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
-            (_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+            (
+                _SERVICE,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
         )
         if cfg.listen:
             host = cfg.listen.rpartition(":")[0]
             if cfg.tls_cert is not None and cfg.tls_key is not None:
-                creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
+                creds = grpc.ssl_server_credentials(
+                    [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())]
+                )
                 port = server.add_secure_port(cfg.listen, creds)
             else:
                 port = server.add_insecure_port(cfg.listen)
@@ -100,15 +107,27 @@ class Daemon:
         if cfg.ready_file is not None:
             tmp = cfg.ready_file.with_suffix(".tmp")
             tmp.write_text(
-                json.dumps({"tcp": self.tcp_address, "unix": str(self.unix_path) if self.unix_path else None,
-                            "pid": os.getpid()})
+                json.dumps(
+                    {
+                        "tcp": self.tcp_address,
+                        "unix": str(self.unix_path) if self.unix_path else None,
+                        "pid": os.getpid(),
+                    }
+                )
             )
             os.replace(tmp, cfg.ready_file)
-        notify(f"READY=1\nSTATUS=serving on {self.tcp_address or ''} {self.unix_path or ''}".strip())
+        notify(
+            f"READY=1\nSTATUS=serving on {self.tcp_address or ''} {self.unix_path or ''}".strip()
+        )
         interval = watchdog_interval_s()
         if interval:
             self._watchdog = asyncio.get_running_loop().create_task(watchdog_loop(interval))
-        log.info("sclated serving on tcp=%s unix=%s state=%s", self.tcp_address, self.unix_path, cfg.state_dir)
+        log.info(
+            "sclated serving on tcp=%s unix=%s state=%s",
+            self.tcp_address,
+            self.unix_path,
+            cfg.state_dir,
+        )
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -153,7 +172,9 @@ def run_daemon(config: DaemonConfig) -> int:
     import uvloop
 
     logging.basicConfig(
-        level=config.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=config.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
     async def amain() -> None:

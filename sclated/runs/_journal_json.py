@@ -36,7 +36,8 @@ def entry_to_json(entry: JournalEntry) -> dict[str, Any]:
         wakes = [e for e in spec.effects if isinstance(e, Wake)]
         if not isinstance(spec.trigger, At) or len(wakes) != 1 or len(spec.effects) != 1:
             raise InvalidArgument(
-                f"event {spec.id!r}: only wake-up registrations can be journaled durably", field=spec.id
+                f"event {spec.id!r}: only wake-up registrations can be journaled durably",
+                field=spec.id,
             )
         specs.append({"id": spec.id, "at_ns": spec.trigger.time_ns, "waiter": wakes[0].waiter})
     return {
@@ -66,6 +67,9 @@ def entry_from_json(d: dict[str, Any]) -> JournalEntry:
             effects=(),
         )
     specs = tuple(
-        EventSpec(s["id"], At(s["at_ns"]), (Wake(s["waiter"]),), priority=Priority.HIGH) for s in d["specs"]
+        EventSpec(s["id"], At(s["at_ns"]), (Wake(s["waiter"]),), priority=Priority.HIGH)
+        for s in d["specs"]
     )
-    return InputRecord(d["seq"], d["kind"], d["at_ns"], d["version"], d["payload"], d["source"], specs)
+    return InputRecord(
+        d["seq"], d["kind"], d["at_ns"], d["version"], d["payload"], d["source"], specs
+    )

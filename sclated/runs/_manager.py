@@ -115,7 +115,9 @@ def _run_id_of(key: str) -> str:
 
 def parse_run_name(name: str, field_name: str = "name") -> str:
     if not name.startswith("runs/"):
-        raise InvalidArgument(f"{field_name} {name!r} must look like 'runs/{{run}}'", field=field_name)
+        raise InvalidArgument(
+            f"{field_name} {name!r} must look like 'runs/{{run}}'", field=field_name
+        )
     return validate_run_id(name[5:], field_name)
 
 
@@ -155,7 +157,9 @@ class _Filter:
             key, sep, value = term.strip().partition("=")
             key, value = key.strip(), value.strip().strip('"')
             if not sep or not key or not value:
-                raise InvalidArgument(f"filter term {term.strip()!r} is not 'field=value'", field="filter")
+                raise InvalidArgument(
+                    f"filter term {term.strip()!r} is not 'field=value'", field="filter"
+                )
             if key == "state":
                 if value.upper() not in STATES:
                     raise InvalidArgument(f"filter: unknown state {value!r}", field="filter")
@@ -168,7 +172,8 @@ class _Filter:
                 labels.append((key[7:], value))
             else:
                 raise InvalidArgument(
-                    f"filter: unknown field {key!r} (state, benchmark, harness, labels.KEY)", field="filter"
+                    f"filter: unknown field {key!r} (state, benchmark, harness, labels.KEY)",
+                    field="filter",
                 )
         if len(states) > 1:
             raise InvalidArgument("filter: at most one state term", field="filter")
@@ -205,7 +210,9 @@ class _Sink:
 
 
 class RunManager:
-    def __init__(self, store: Store, registry: Registry, config: ManagerConfig | None = None) -> None:
+    def __init__(
+        self, store: Store, registry: Registry, config: ManagerConfig | None = None
+    ) -> None:
         self.store = store
         self.registry = registry
         self.config = config or ManagerConfig()
@@ -225,7 +232,9 @@ class RunManager:
     async def start(self) -> None:
         self._seq = await self.store.max_run_seq()
         self._requests = await self.store.request_index()
-        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop(), name="sclated-flusher")
+        self._flusher = asyncio.get_running_loop().create_task(
+            self._flush_loop(), name="sclated-flusher"
+        )
         for row in await self.store.runs_in_states(["RUNNING", "PENDING"]):
             live = _Live(row, row.last_event_seq + 1)
             self._live[row.name] = live
@@ -235,8 +244,12 @@ class RunManager:
                     self._queue[row.name] = None
                     self._queue.move_to_end(row.name, last=False)
                 else:
-                    await self._finish(live, "INTERRUPTED", "the daemon restarted while the run was running; "
-                                       "ResumeRun continues it from its last durable point")
+                    await self._finish(
+                        live,
+                        "INTERRUPTED",
+                        "the daemon restarted while the run was running; "
+                        "ResumeRun continues it from its last durable point",
+                    )
             else:
                 self._queue[row.name] = None
         self._accepting = True
@@ -245,7 +258,9 @@ class RunManager:
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting, let running runs finish for ``grace_s``, interrupt the rest, persist."""
         self._accepting = False
-        tasks = [lv.task for lv in self._live.values() if lv.task is not None and not lv.task.done()]
+        tasks = [
+            lv.task for lv in self._live.values() if lv.task is not None and not lv.task.done()
+        ]
         if tasks:
             _, still = await asyncio.wait(tasks, timeout=grace_s)
             for lv in self._live.values():
@@ -337,11 +352,19 @@ class RunManager:
 
     # -- API ---------------------------------------------------------------------
     async def create(
-        self, tenant: str, spec: RunSpec, *, run_id: str = "", request_id: str = "", parent: str = ""
+        self,
+        tenant: str,
+        spec: RunSpec,
+        *,
+        run_id: str = "",
+        request_id: str = "",
+        parent: str = "",
     ) -> RunView:
         validate_tenant(tenant)
         if not self._accepting:
-            raise Unavailable("the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN")
+            raise Unavailable(
+                "the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN"
+            )
         if len(request_id) > 128:
             raise InvalidArgument("request_id is longer than 128 characters", field="request_id")
         request_hash = hashlib.sha256(
@@ -352,10 +375,13 @@ class RunManager:
             if existing is not None:
                 row = await self._row(existing)
                 if row is None:
-                    raise NotFound(f"the run created by request {request_id!r} was deleted", field="request_id")
+                    raise NotFound(
+                        f"the run created by request {request_id!r} was deleted", field="request_id"
+                    )
                 if row.request_hash != request_hash:
                     raise InvalidArgument(
-                        f"request_id {request_id!r} was used for a different request", field="request_id",
+                        f"request_id {request_id!r} was used for a different request",
+                        field="request_id",
                         reason="REQUEST_ID_REUSED",
                     )
                 return _view(row)
@@ -371,7 +397,8 @@ class RunManager:
         active = sum(1 for lv in self._live.values() if lv.row.tenant == tenant and not lv.finished)
         if active >= self.config.tenant_max_active:
             raise ResourceExhausted(
-                f"tenant {tenant!r} already has {active} pending or running runs (quota {self.config.tenant_max_active})",
+                f"tenant {tenant!r} already has {active} pending or running runs "
+                f"(quota {self.config.tenant_max_active})",
                 reason="TENANT_QUOTA",
             )
         # Validate what the spec names now, so a bad run is refused and nothing is stored.
@@ -430,16 +457,22 @@ class RunManager:
                 tok = json.loads(base64.urlsafe_b64decode(page_token.encode() + b"==="))
                 after = int(tok["after"])
                 if tok["f"] != fhash:
-                    raise InvalidArgument("page_token belongs to a different filter", field="page_token")
+                    raise InvalidArgument(
+                        "page_token belongs to a different filter", field="page_token"
+                    )
             except InvalidArgument:
                 raise
             except Exception:
-                raise InvalidArgument("page_token is not one this daemon issued", field="page_token") from None
+                raise InvalidArgument(
+                    "page_token is not one this daemon issued", field="page_token"
+                ) from None
         out: list[RunView] = []
         last_seq = after
         exhausted = False
         while len(out) < size and not exhausted:
-            rows = await self.store.list_runs(tenant, after_seq=last_seq, limit=size * 2, states=flt.states)
+            rows = await self.store.list_runs(
+                tenant, after_seq=last_seq, limit=size * 2, states=flt.states
+            )
             exhausted = len(rows) < size * 2
             for row in rows:
                 last_seq = row.seq
@@ -451,9 +484,15 @@ class RunManager:
         # Runs created but not yet flushed are not listed until committed (milliseconds).
         token = ""
         if len(out) == size:
-            more = await self.store.list_runs(tenant, after_seq=last_seq, limit=1, states=flt.states)
+            more = await self.store.list_runs(
+                tenant, after_seq=last_seq, limit=1, states=flt.states
+            )
             if more:
-                token = base64.urlsafe_b64encode(json.dumps({"after": last_seq, "f": fhash}).encode()).decode().rstrip("=")
+                token = (
+                    base64.urlsafe_b64encode(json.dumps({"after": last_seq, "f": fhash}).encode())
+                    .decode()
+                    .rstrip("=")
+                )
         return out, token
 
     async def cancel(self, tenant: str, name: str) -> RunView:
@@ -486,7 +525,9 @@ class RunManager:
     async def resume(self, tenant: str, name: str) -> RunView:
         row = await self._get_row(tenant, name)
         if row.state != "INTERRUPTED":
-            raise FailedPrecondition(f"run {name!r} is {row.state}, not INTERRUPTED", reason="NOT_INTERRUPTED")
+            raise FailedPrecondition(
+                f"run {name!r} is {row.state}, not INTERRUPTED", reason="NOT_INTERRUPTED"
+            )
         if not self._accepting:
             raise Unavailable("the daemon is shutting down", reason="SHUTTING_DOWN")
         live = _Live(row, row.last_event_seq + 1, resume=True)
@@ -523,7 +564,11 @@ class RunManager:
                     continue
                 live = self._live.get(key)
                 if live is None or live.finished:
-                    last = live.row.last_event_seq if live is not None else (await self._row(key) or row).last_event_seq
+                    last = (
+                        live.row.last_event_seq
+                        if live is not None
+                        else (await self._row(key) or row).last_event_seq
+                    )
                     if cursor >= last:
                         return
                     continue
@@ -552,7 +597,9 @@ class RunManager:
             self._queue.pop(key)
             self._running.add(key)
             per_tenant[t] = per_tenant.get(t, 0) + 1
-            live.task = asyncio.get_running_loop().create_task(self._execute(live), name=f"run:{key}")
+            live.task = asyncio.get_running_loop().create_task(
+                self._execute(live), name=f"run:{key}"
+            )
 
     async def _execute(self, live: _Live) -> None:
         outcome: RunOutcome
@@ -560,7 +607,9 @@ class RunManager:
             journal = await self.store.journal(live.key) if live.resume else None
             spec = RunSpec.from_dict(live.row.spec)
             judge = self.judge_factory(spec) if self.judge_factory is not None else None
-            worker = RunWorker(live.key, spec, self.registry, _Sink(self, live), journal=journal, judge=judge)
+            worker = RunWorker(
+                live.key, spec, self.registry, _Sink(self, live), journal=journal, judge=judge
+            )
             reason = "resumed from the last durable point" if live.resume else "admitted"
             self._set_state(live, "RUNNING", reason, start_ns=live.row.start_ns or time.time_ns())
             outcome = await worker.run()
@@ -583,7 +632,9 @@ class RunManager:
             self._running.discard(live.key)
             self._admit()
 
-    async def _finish(self, live: _Live, state: str, reason: str, results: dict[str, Any] | None = None) -> None:
+    async def _finish(
+        self, live: _Live, state: str, reason: str, results: dict[str, Any] | None = None
+    ) -> None:
         fields: dict[str, Any] = {"end_ns": time.time_ns()}
         if results:
             fields["results"] = results

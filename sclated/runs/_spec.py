@@ -147,7 +147,9 @@ class RunSpec:
         a = d.get("agent") or {}
         c = d.get("clock") or {}
         if not isinstance(b, Mapping) or not isinstance(a, Mapping) or not isinstance(c, Mapping):
-            raise InvalidArgument("run.benchmark, run.agent and run.clock must be objects", field="run")
+            raise InvalidArgument(
+                "run.benchmark, run.agent and run.clock must be objects", field="run"
+            )
         name = _text(b.get("name", ""), "run.benchmark.name", limit=128)
         if not name:
             raise InvalidArgument("run.benchmark.name is required", field="run.benchmark.name")
@@ -156,19 +158,26 @@ class RunSpec:
             raise InvalidArgument("run.agent.harness is required", field="run.agent.harness")
         subset = b.get("subset") or []
         if not isinstance(subset, list | tuple) or not all(isinstance(s, str) for s in subset):
-            raise InvalidArgument("run.benchmark.subset must be a list of strings", field="run.benchmark.subset")
+            raise InvalidArgument(
+                "run.benchmark.subset must be a list of strings", field="run.benchmark.subset"
+            )
         if len(subset) > MAX_SUBSET:
-            raise InvalidArgument(f"run.benchmark.subset has more than {MAX_SUBSET} entries", field="run.benchmark.subset")
+            raise InvalidArgument(
+                f"run.benchmark.subset has more than {MAX_SUBSET} entries",
+                field="run.benchmark.subset",
+            )
         m = a.get("model") or {}
         api = _text(m.get("api", "") or "openai", "run.agent.model.api", limit=32)
         if api not in ("openai", "anthropic"):
             raise InvalidArgument(
-                f"run.agent.model.api must be 'openai' or 'anthropic', got {api!r}", field="run.agent.model.api"
+                f"run.agent.model.api must be 'openai' or 'anthropic', got {api!r}",
+                field="run.agent.model.api",
             )
         base_url = _text(m.get("base_url", ""), "run.agent.model.base_url")
         if base_url and not re.match(r"^https?://[^\s/]+", base_url):
             raise InvalidArgument(
-                f"run.agent.model.base_url {base_url!r} is not an http(s) URL", field="run.agent.model.base_url"
+                f"run.agent.model.base_url {base_url!r} is not an http(s) URL",
+                field="run.agent.model.base_url",
             )
         r = a.get("resources") or {}
         resources = Resources(
@@ -181,21 +190,30 @@ class RunSpec:
             mode = ClockMode(str(mode_raw).lower())
         except ValueError:
             raise InvalidArgument(
-                f"run.clock.mode must be hybrid, realtime or discrete, got {mode_raw!r}", field="run.clock.mode"
+                f"run.clock.mode must be hybrid, realtime or discrete, got {mode_raw!r}",
+                field="run.clock.mode",
             ) from None
         start_ns = c.get("start_ns")
         if start_ns is not None and (not isinstance(start_ns, int) or start_ns < 0):
-            raise InvalidArgument("run.clock.start_time must not be before 1970", field="run.clock.start_time")
+            raise InvalidArgument(
+                "run.clock.start_time must not be before 1970", field="run.clock.start_time"
+            )
         rate = c.get("rate") or 1.0
         if not isinstance(rate, int | float) or not 0 < rate <= 1e6:
-            raise InvalidArgument(f"run.clock.rate must be in (0, 1e6], got {rate!r}", field="run.clock.rate")
+            raise InvalidArgument(
+                f"run.clock.rate must be in (0, 1e6], got {rate!r}", field="run.clock.rate"
+            )
         if mode is not ClockMode.REALTIME and rate != 1.0:
-            raise InvalidArgument("run.clock.rate applies to REALTIME clocks only", field="run.clock.rate")
+            raise InvalidArgument(
+                "run.clock.rate applies to REALTIME clocks only", field="run.clock.rate"
+            )
         labels = d.get("labels") or {}
         if not isinstance(labels, Mapping):
             raise InvalidArgument("run.labels must be a map", field="run.labels")
         if len(labels) > MAX_LABELS:
-            raise InvalidArgument(f"run.labels has more than {MAX_LABELS} entries", field="run.labels")
+            raise InvalidArgument(
+                f"run.labels has more than {MAX_LABELS} entries", field="run.labels"
+            )
         for k, v in labels.items():
             if not isinstance(k, str) or not _LABEL_KEY.match(k):
                 raise InvalidArgument(
@@ -214,7 +232,11 @@ class RunSpec:
             agent=AgentRef(
                 harness=harness,
                 memory=_text(a.get("memory", ""), "run.agent.memory", limit=128),
-                model=ModelRef(base_url=base_url, api=api, model=_text(m.get("model", ""), "run.agent.model.model", limit=256)),
+                model=ModelRef(
+                    base_url=base_url,
+                    api=api,
+                    model=_text(m.get("model", ""), "run.agent.model.model", limit=256),
+                ),
                 resources=resources,
                 options=_options(a.get("options"), "run.agent.options"),
             ),

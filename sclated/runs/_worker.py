@@ -92,7 +92,8 @@ class _GradeContext:
         execute = getattr(self._worker.agent, "exec_in_workspace", None)
         if execute is None:
             raise FailedPrecondition(
-                f"agent {self._worker.agent.name!r} has no workspace to run a check in", reason="NO_WORKSPACE"
+                f"agent {self._worker.agent.name!r} has no workspace to run a check in",
+                reason="NO_WORKSPACE",
             )
         result: tuple[int, str] = await execute(command, timeout_s=timeout_s)
         return result
@@ -104,7 +105,8 @@ class _GradeContext:
         judge = self._worker.judge
         if judge is None:
             raise FailedPrecondition("this run has no judge model endpoint", reason="NO_JUDGE")
-        return await judge(prompt)
+        reply: str = await judge(prompt)
+        return reply
 
 
 class RunWorker:
@@ -136,7 +138,11 @@ class RunWorker:
 
     # -- building -------------------------------------------------------------
     def _make_scheduler(self) -> Scheduler:
-        start = self.spec.clock.start_ns if self.spec.clock.start_ns is not None else self.scenario.start_ns
+        start = (
+            self.spec.clock.start_ns
+            if self.spec.clock.start_ns is not None
+            else self.scenario.start_ns
+        )
         sources = [*self.scenario.sources(), *self.agent.routines()]
         return Scheduler(start_ns=start, sources=sources)
 
@@ -241,8 +247,12 @@ class RunWorker:
         if isinstance(effect, StopRun):
             return None
         if isinstance(effect, SaveSnapshot):
-            raise FailedPrecondition("snapshots of in-daemon agents are taken through the API", reason="UNSUPPORTED")
-        raise FailedPrecondition(f"no executor for effect {effect.kind!r} (event {fire.event_id!r})")
+            raise FailedPrecondition(
+                "snapshots of in-daemon agents are taken through the API", reason="UNSUPPORTED"
+            )
+        raise FailedPrecondition(
+            f"no executor for effect {effect.kind!r} (event {fire.event_id!r})"
+        )
 
     async def _turn(self, fire: FireRecord, effect: DeliverPrompt | Notify, lease: Lease) -> None:
         assert self.loop is not None
@@ -260,14 +270,21 @@ class RunWorker:
             now = loop.clock.now()
             self.sink.emit(
                 "turn",
-                {"round_id": round_id, "session": prompt.session or "", "phase": "ended", "reply": reply,
-                 "delivery_delay_ms": delay_ms},
+                {
+                    "round_id": round_id,
+                    "session": prompt.session or "",
+                    "phase": "ended",
+                    "reply": reply,
+                    "delivery_delay_ms": delay_ms,
+                },
                 now,
             )
             if round_id:
                 self.replies[round_id] = reply
             loop.apply_action(
-                "agent", "turn_end", {"round_id": round_id, "event_id": fire.event_id, "reply": reply}
+                "agent",
+                "turn_end",
+                {"round_id": round_id, "event_id": fire.event_id, "reply": reply},
             )
         finally:
             loop.leases.release(lease)
@@ -280,8 +297,12 @@ class RunWorker:
             self.verdicts[verdict.round_id] = verdict
             self.sink.emit(
                 "verdict",
-                {"round_id": verdict.round_id, "graded": verdict.graded,
-                 "score": verdict.score if verdict.score is not None else 0.0, "reason": verdict.reason},
+                {
+                    "round_id": verdict.round_id,
+                    "graded": verdict.graded,
+                    "score": verdict.score if verdict.score is not None else 0.0,
+                    "reason": verdict.reason,
+                },
                 loop.clock.now(),
             )
             # The verdict itself goes into the snapshot: adapters chain on it (feedback, next round).
@@ -299,7 +320,9 @@ class RunWorker:
             if consolidate is not None:
                 await consolidate()
         else:
-            raise FailedPrecondition(f"agent control {effect.action!r} is not supported by {self.agent.name!r}")
+            raise FailedPrecondition(
+                f"agent control {effect.action!r} is not supported by {self.agent.name!r}"
+            )
 
     async def _exec(self, effect: ExecInSandbox, lease: Lease) -> None:
         assert self.loop is not None
@@ -315,20 +338,26 @@ class RunWorker:
         ended = {
             str(e.payload.get("data", {}).get("event_id"))
             for e in sched.journal
-            if isinstance(e, InputRecord) and e.kind == "action" and e.payload.get("kind") == "turn_end"
+            if isinstance(e, InputRecord)
+            and e.kind == "action"
+            and e.payload.get("kind") == "turn_end"
         }
         graded = set(sched.snapshot().grades)
         session_open = False
         for fire in sched.fires:
             for effect in fire.effects:
                 if isinstance(effect, AgentControl) and effect.target == "agent":
-                    session_open = effect.action == "start" or (session_open and effect.action != "stop")
+                    session_open = effect.action == "start" or (
+                        session_open and effect.action != "stop"
+                    )
         if session_open:
             self._spawn(self.agent.start_session("resumed"))
         for fire in sched.fires:
             for effect in fire.effects:
                 if isinstance(effect, DeliverPrompt | Notify) and fire.event_id not in ended:
-                    self._spawn(self._turn(fire, effect, self._lease(f"turn:{fire.event_id}", fire)))
+                    self._spawn(
+                        self._turn(fire, effect, self._lease(f"turn:{fire.event_id}", fire))
+                    )
                 elif isinstance(effect, Grade) and effect.check_id not in graded:
                     self._spawn(self._grade(effect, self._lease(f"grade:{effect.check_id}", fire)))
 
@@ -358,7 +387,7 @@ class RunWorker:
         return RunOutcome("SUCCEEDED", summary.reason, results)
 
     def results(self, summary: RunSummary | None) -> dict[str, Any]:
-        rounds = []
+        rounds: list[dict[str, Any]] = []
         for info in self.scenario.rounds:
             v = self.verdicts.get(info.round_id)
             graded = bool(v and v.graded and info.gradable)
@@ -372,7 +401,7 @@ class RunWorker:
                     "reason": (v.reason if v else (info.why_ungradable or "not graded")),
                 }
             )
-        graded_scores = [r["score"] for r in rounds if r["graded"]]
+        graded_scores = [float(r["score"]) for r in rounds if r["graded"]]
         out: dict[str, Any] = {
             "score": sum(graded_scores) / len(graded_scores) if graded_scores else 0.0,
             "rounds": len(rounds),
@@ -398,4 +427,3 @@ class RunWorker:
                 "clock_mode": self.loop.clock.mode.value,
             }
         return out
-

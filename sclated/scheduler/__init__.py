@@ -43,4 +43,5 @@ __all__ = [
     "Trigger",
     "Wake",
     "When",
+    "replay",
 ]

@@ -34,7 +34,14 @@ class FireRecord:
     data: Mapping[str, Any] = field(default_factory=dict)
 
     def replay_key(self) -> tuple[int, str, str, int, int, int]:
-        return (self.seq, self.event_id, self.source, self.due_ns, self.fired_ns, self.snapshot_version)
+        return (
+            self.seq,
+            self.event_id,
+            self.source,
+            self.due_ns,
+            self.fired_ns,
+            self.snapshot_version,
+        )
 
 
 @dataclass(frozen=True, slots=True)

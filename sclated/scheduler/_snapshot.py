@@ -42,9 +42,13 @@ class Snapshot:
     ) -> None:
         self.version = version
         self.now_ns = now_ns
-        self.world: Mapping[str, Any] = MappingProxyType(dict(world)) if not isinstance(world, MappingProxyType) else world
+        self.world: Mapping[str, Any] = (
+            MappingProxyType(dict(world)) if not isinstance(world, MappingProxyType) else world
+        )
         self.actions = actions
-        self.grades: Mapping[str, Any] = grades if isinstance(grades, MappingProxyType) else MappingProxyType(dict(grades))
+        self.grades: Mapping[str, Any] = (
+            grades if isinstance(grades, MappingProxyType) else MappingProxyType(dict(grades))
+        )
         self.fire_count = fire_count
         self._fired_lookup = fired_lookup
 

@@ -135,7 +135,16 @@ _RUN_COLUMNS = (
     "name, tenant, seq, request_id, request_hash, spec, state, reason, create_ns, start_ns, "
     "end_ns, sim_ns, last_event_seq, results, parent"
 )
-_UPDATABLE = {"state", "reason", "start_ns", "end_ns", "sim_ns", "last_event_seq", "results", "spec"}
+_UPDATABLE = {
+    "state",
+    "reason",
+    "start_ns",
+    "end_ns",
+    "sim_ns",
+    "last_event_seq",
+    "results",
+    "spec",
+}
 
 
 def _run_values(row: RunRow) -> tuple[Any, ...]:
@@ -247,7 +256,9 @@ class Store:
 
     async def get_run(self, name: str) -> RunRow | None:
         def q() -> RunRow | None:
-            r = self.conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE name=?", (name,)).fetchone()
+            r = self.conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE name=?", (name,)
+            ).fetchone()
             return _row_to_run(r) if r else None
 
         return await self._run(q)
@@ -255,7 +266,8 @@ class Store:
     async def find_request(self, tenant: str, request_id: str) -> RunRow | None:
         def q() -> RunRow | None:
             r = self.conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant=? AND request_id=?", (tenant, request_id)
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE tenant=? AND request_id=?",
+                (tenant, request_id),
             ).fetchone()
             return _row_to_run(r) if r else None
 
@@ -284,11 +296,15 @@ class Store:
         return await self._run(q)
 
     async def max_run_seq(self) -> int:
-        return await self._run(lambda: int(self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM runs").fetchone()[0]))
+        return await self._run(
+            lambda: int(self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM runs").fetchone()[0])
+        )
 
     async def request_index(self) -> dict[tuple[str, str], str]:
         def q() -> dict[tuple[str, str], str]:
-            rows = self.conn.execute("SELECT tenant, request_id, name FROM runs WHERE request_id IS NOT NULL")
+            rows = self.conn.execute(
+                "SELECT tenant, request_id, name FROM runs WHERE request_id IS NOT NULL"
+            )
             return {(r[0], r[1]): r[2] for r in rows}
 
         return await self._run(q)
@@ -309,7 +325,12 @@ class Store:
 
     async def delete_run(self, name: str) -> None:
         def tx(conn: sqlite3.Connection) -> None:
-            for table, col in (("run_events", "run"), ("journal", "run"), ("snapshots", "run"), ("calls", "run")):
+            for table, col in (
+                ("run_events", "run"),
+                ("journal", "run"),
+                ("snapshots", "run"),
+                ("calls", "run"),
+            ):
                 conn.execute(f"DELETE FROM {table} WHERE {col}=?", (name,))
             conn.execute("DELETE FROM runs WHERE name=?", (name,))
 
@@ -329,7 +350,10 @@ class Store:
             if batch.events:
                 conn.executemany(
                     "INSERT OR IGNORE INTO run_events (run, seq, kind, sim_ns, wall_ns, payload) VALUES (?,?,?,?,?,?)",
-                    [(e.run, e.seq, e.kind, e.sim_ns, e.wall_ns, json.dumps(e.payload)) for e in batch.events],
+                    [
+                        (e.run, e.seq, e.kind, e.sim_ns, e.wall_ns, json.dumps(e.payload))
+                        for e in batch.events
+                    ],
                 )
             if batch.journal:
                 conn.executemany(
@@ -366,20 +390,33 @@ class Store:
         return await self._run(q)
 
     async def truncate_journal(self, run: str, length: int) -> None:
-        await self._run(self._tx, lambda c: c.execute("DELETE FROM journal WHERE run=? AND seq>=?", (run, length)))
+        await self._run(
+            self._tx,
+            lambda c: c.execute("DELETE FROM journal WHERE run=? AND seq>=?", (run, length)),
+        )
 
     # -- snapshots ---------------------------------------------------------------
     async def insert_snapshot(
-        self, name: str, run: str, tenant: str, create_ns: int, sim_ns: int, journal_length: int, info: dict[str, Any]
+        self,
+        name: str,
+        run: str,
+        tenant: str,
+        create_ns: int,
+        sim_ns: int,
+        journal_length: int,
+        info: dict[str, Any],
     ) -> None:
         def tx(conn: sqlite3.Connection) -> None:
             try:
                 conn.execute(
-                    "INSERT INTO snapshots (name, run, tenant, create_ns, sim_ns, journal_length, info) VALUES (?,?,?,?,?,?,?)",
+                    "INSERT INTO snapshots (name, run, tenant, create_ns, sim_ns, journal_length, info) "
+                    "VALUES (?,?,?,?,?,?,?)",
                     (name, run, tenant, create_ns, sim_ns, journal_length, json.dumps(info)),
                 )
             except sqlite3.IntegrityError as exc:
-                raise AlreadyExists(f"snapshot {name!r} already exists", field="snapshot_id") from exc
+                raise AlreadyExists(
+                    f"snapshot {name!r} already exists", field="snapshot_id"
+                ) from exc
 
         await self._run(self._tx, tx)
 
@@ -405,7 +442,12 @@ class Store:
 
     async def list_snapshots(self, run: str) -> list[dict[str, Any]]:
         def q() -> list[str]:
-            return [r[0] for r in self.conn.execute("SELECT name FROM snapshots WHERE run=? ORDER BY create_ns", (run,))]
+            return [
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT name FROM snapshots WHERE run=? ORDER BY create_ns", (run,)
+                )
+            ]
 
         out = []
         for name in await self._run(q):
@@ -429,6 +471,9 @@ class Store:
 
     async def calls(self, run: str) -> list[dict[str, Any]]:
         def q() -> list[dict[str, Any]]:
-            return [json.loads(r[0]) for r in self.conn.execute("SELECT record FROM calls WHERE run=?", (run,))]
+            return [
+                json.loads(r[0])
+                for r in self.conn.execute("SELECT record FROM calls WHERE run=?", (run,))
+            ]
 
         return await self._run(q)

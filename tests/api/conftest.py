@@ -29,18 +29,31 @@ class Api:
         return (("authorization", f"Bearer {tok}"),) if tok else ()
 
     async def create(self, **kw: Any) -> pb.Run:
-        return await self.stub.CreateRun(synthetic_request(**kw), metadata=self.md())
+        run: pb.Run = await self.stub.CreateRun(synthetic_request(**kw), metadata=self.md())
+        return run
 
-    async def watch_all(self, name: str, after: int = 0, token: str | None = None) -> list[pb.RunEvent]:
+    async def watch_all(
+        self, name: str, after: int = 0, token: str | None = None
+    ) -> list[pb.RunEvent]:
         return [
-            ev async for ev in self.stub.WatchRun(pb.WatchRunRequest(name=name, after_seq=after), metadata=self.md(token))
+            ev
+            async for ev in self.stub.WatchRun(
+                pb.WatchRunRequest(name=name, after_seq=after), metadata=self.md(token)
+            )
         ]
 
 
 def synthetic_request(
-    days: int = 1, events: int = 2, turn_ms: int = 1, request_id: str = "", run_id: str = "", **agent: Any
+    days: int = 1,
+    events: int = 2,
+    turn_ms: int = 1,
+    request_id: str = "",
+    run_id: str = "",
+    **agent: Any,
 ) -> pb.CreateRunRequest:
-    run = pb.Run(benchmark=pb.BenchmarkSpec(name="synthetic"), agent=pb.AgentSpec(harness="scripted"))
+    run = pb.Run(
+        benchmark=pb.BenchmarkSpec(name="synthetic"), agent=pb.AgentSpec(harness="scripted")
+    )
     run.benchmark.options.update({"days": days, "events_per_day": events})
     run.agent.options.update({"turn_ms": turn_ms, **agent})
     return pb.CreateRunRequest(run=run, request_id=request_id, run_id=run_id)
@@ -50,8 +63,12 @@ async def _start(tmp_path: Path, tokens: bool) -> Daemon:
     tokens_file = None
     if tokens:
         tokens_file = tmp_path / "tokens"
-        tokens_file.write_text("".join(f"{t} {tenant}\n" for tenant, t in TOKENS.items()) + "# comment\n")
-    d = Daemon(DaemonConfig(state_dir=tmp_path / "state", listen="127.0.0.1:0", tokens_file=tokens_file))
+        tokens_file.write_text(
+            "".join(f"{t} {tenant}\n" for tenant, t in TOKENS.items()) + "# comment\n"
+        )
+    d = Daemon(
+        DaemonConfig(state_dir=tmp_path / "state", listen="127.0.0.1:0", tokens_file=tokens_file)
+    )
     await d.start()
     return d
 

@@ -45,7 +45,8 @@ async def test_request_id_is_idempotent(api: Api) -> None:
     b = await api.stub.CreateRun(synthetic_request(request_id="req-1"))
     assert a.name == b.name
     err = await expect_error(
-        api.stub.CreateRun(synthetic_request(days=3, request_id="req-1")), grpc.StatusCode.INVALID_ARGUMENT
+        api.stub.CreateRun(synthetic_request(days=3, request_id="req-1")),
+        grpc.StatusCode.INVALID_ARGUMENT,
     )
     assert err["sclate-reason"] == "REQUEST_ID_REUSED" and err["sclate-field"] == "request_id"
     listed = await api.stub.ListRuns(pb.ListRunsRequest())
@@ -64,7 +65,10 @@ async def test_request_id_is_idempotent(api: Api) -> None:
         (lambda r: r.run.agent.options.update({"turn_ms": "slow"}), "run.agent.options.turn_ms"),
         (lambda r: setattr(r.run.agent.model, "api", "grpc"), "run.agent.model.api"),
         (lambda r: setattr(r.run.agent.model, "base_url", "ftp://x"), "run.agent.model.base_url"),
-        (lambda r: setattr(r.run.benchmark, "data_dir", "/does/not/exist"), "run.benchmark.data_dir"),
+        (
+            lambda r: setattr(r.run.benchmark, "data_dir", "/does/not/exist"),
+            "run.benchmark.data_dir",
+        ),
         (lambda r: setattr(r.run.clock, "rate", 2.0), "run.clock.rate"),
         (lambda r: setattr(r.run, "name", "runs/x"), "run.name"),
     ],
@@ -91,12 +95,20 @@ async def test_oversized_request_is_refused(api: Api) -> None:
 
 
 async def test_not_found_and_malformed_names(api: Api) -> None:
-    err = await expect_error(api.stub.GetRun(pb.GetRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND)
+    err = await expect_error(
+        api.stub.GetRun(pb.GetRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND
+    )
     assert err["sclate-field"] == "name"
-    err = await expect_error(api.stub.GetRun(pb.GetRunRequest(name="missing")), grpc.StatusCode.INVALID_ARGUMENT)
+    err = await expect_error(
+        api.stub.GetRun(pb.GetRunRequest(name="missing")), grpc.StatusCode.INVALID_ARGUMENT
+    )
     assert err["sclate-field"] == "name"
-    await expect_error(api.stub.CancelRun(pb.CancelRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND)
-    await expect_error(api.stub.DeleteRun(pb.DeleteRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND)
+    await expect_error(
+        api.stub.CancelRun(pb.CancelRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND
+    )
+    await expect_error(
+        api.stub.DeleteRun(pb.DeleteRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND
+    )
 
 
 async def test_pagination_visits_every_run_once(api: Api) -> None:
@@ -110,15 +122,22 @@ async def test_pagination_visits_every_run_once(api: Api) -> None:
         if not token:
             break
     assert sorted(seen) == sorted(names) and len(seen) == len(set(seen))
-    err = await expect_error(api.stub.ListRuns(pb.ListRunsRequest(page_token="nonsense")), grpc.StatusCode.INVALID_ARGUMENT)
-    assert err["sclate-field"] == "page_token"
-    first = await api.stub.ListRuns(pb.ListRunsRequest(page_size=3))
     err = await expect_error(
-        api.stub.ListRuns(pb.ListRunsRequest(page_size=3, page_token=first.next_page_token, filter="benchmark=x")),
+        api.stub.ListRuns(pb.ListRunsRequest(page_token="nonsense")),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
     assert err["sclate-field"] == "page_token"
-    await expect_error(api.stub.ListRuns(pb.ListRunsRequest(page_size=-1)), grpc.StatusCode.INVALID_ARGUMENT)
+    first = await api.stub.ListRuns(pb.ListRunsRequest(page_size=3))
+    err = await expect_error(
+        api.stub.ListRuns(
+            pb.ListRunsRequest(page_size=3, page_token=first.next_page_token, filter="benchmark=x")
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert err["sclate-field"] == "page_token"
+    await expect_error(
+        api.stub.ListRuns(pb.ListRunsRequest(page_size=-1)), grpc.StatusCode.INVALID_ARGUMENT
+    )
 
 
 async def test_filters(api: Api) -> None:
@@ -132,7 +151,9 @@ async def test_filters(api: Api) -> None:
     assert [r.name for r in got.runs] == ["runs/labelled"]
     got = await api.stub.ListRuns(pb.ListRunsRequest(filter="harness=scripted"))
     assert len(got.runs) == 2
-    err = await expect_error(api.stub.ListRuns(pb.ListRunsRequest(filter="colour=red")), grpc.StatusCode.INVALID_ARGUMENT)
+    err = await expect_error(
+        api.stub.ListRuns(pb.ListRunsRequest(filter="colour=red")), grpc.StatusCode.INVALID_ARGUMENT
+    )
     assert err["sclate-field"] == "filter"
 
 
@@ -164,13 +185,17 @@ async def test_cancel_delete_and_states(api: Api) -> None:
     async for ev in api.stub.WatchRun(pb.WatchRunRequest(name=run.name)):
         if ev.WhichOneof("kind") == "state" and ev.state.state == pb.RUNNING:
             break
-    await expect_error(api.stub.DeleteRun(pb.DeleteRunRequest(name=run.name)), grpc.StatusCode.FAILED_PRECONDITION)
+    await expect_error(
+        api.stub.DeleteRun(pb.DeleteRunRequest(name=run.name)), grpc.StatusCode.FAILED_PRECONDITION
+    )
     cancelled = await api.stub.CancelRun(pb.CancelRunRequest(name=run.name))
     assert cancelled.state == pb.CANCELLED
     events = await api.watch_all(run.name)
     assert events[-1].state.state == pb.CANCELLED
     assert (await api.stub.CancelRun(pb.CancelRunRequest(name=run.name))).state == pb.CANCELLED
-    err = await expect_error(api.stub.ResumeRun(pb.ResumeRunRequest(name=run.name)), grpc.StatusCode.FAILED_PRECONDITION)
+    err = await expect_error(
+        api.stub.ResumeRun(pb.ResumeRunRequest(name=run.name)), grpc.StatusCode.FAILED_PRECONDITION
+    )
     assert err["sclate-reason"] == "NOT_INTERRUPTED"
     await api.stub.DeleteRun(pb.DeleteRunRequest(name=run.name))
     await expect_error(api.stub.GetRun(pb.GetRunRequest(name=run.name)), grpc.StatusCode.NOT_FOUND)
@@ -188,14 +213,19 @@ async def test_admission_keeps_extra_runs_pending_in_order(tmp_path: object) -> 
 
     from sclated.daemon import Daemon, DaemonConfig
 
-    d = Daemon(DaemonConfig(state_dir=Path(str(tmp_path)) / "s", listen="127.0.0.1:0", max_running=2))
+    d = Daemon(
+        DaemonConfig(state_dir=Path(str(tmp_path)) / "s", listen="127.0.0.1:0", max_running=2)
+    )
     await d.start()
     try:
         async with grpc.aio.insecure_channel(d.tcp_address or "") as ch:
             from sclate.v1 import sclate_pb2_grpc as pb_grpc
 
             stub = pb_grpc.SclateStub(ch)
-            runs = [await stub.CreateRun(synthetic_request(turn_ms=100, run_id=f"a{i}")) for i in range(5)]
+            runs = [
+                await stub.CreateRun(synthetic_request(turn_ms=100, run_id=f"a{i}"))
+                for i in range(5)
+            ]
             states = [(await stub.GetRun(pb.GetRunRequest(name=r.name))).state for r in runs]
             assert states.count(pb.RUNNING) <= 2
             assert pb.PENDING in states
@@ -203,8 +233,13 @@ async def test_admission_keeps_extra_runs_pending_in_order(tmp_path: object) -> 
             for r in runs:
                 events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=r.name))]
                 assert events[-1].state.state == pb.SUCCEEDED
-                starts.append(next(e.wall_time.ToNanoseconds() for e in events
-                                   if e.WhichOneof("kind") == "state" and e.state.state == pb.RUNNING))
+                starts.append(
+                    next(
+                        e.wall_time.ToNanoseconds()
+                        for e in events
+                        if e.WhichOneof("kind") == "state" and e.state.state == pb.RUNNING
+                    )
+                )
             assert starts == sorted(starts)  # admitted in creation order
     finally:
         await d.stop()
@@ -215,7 +250,9 @@ async def test_health_and_reflection(api: Api) -> None:
     resp = await health.Check(health_pb2.HealthCheckRequest(service="sclate.v1.Sclate"))
     assert resp.status == health_pb2.HealthCheckResponse.SERVING
     refl = reflection_pb2_grpc.ServerReflectionStub(api.channel)
-    call = refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    call = refl.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+    )
     names = [s.name async for r in call for s in r.list_services_response.service]
     assert "sclate.v1.Sclate" in names and "grpc.health.v1.Health" in names
 
@@ -228,7 +265,9 @@ async def test_benchmarks_and_agents(api: Api) -> None:
     assert not scripted.sandboxed
 
 
-async def test_tenants_are_isolated_on_every_method(tenant_api: Callable[[str | None], Api]) -> None:
+async def test_tenants_are_isolated_on_every_method(
+    tenant_api: Callable[[str | None], Api],
+) -> None:
     alice, bob, nobody = tenant_api("alice"), tenant_api("bob"), tenant_api(None)
     run = await alice.create(run_id="shared-name")
     await alice.watch_all(run.name)
@@ -260,7 +299,9 @@ async def test_tenants_are_isolated_on_every_method(tenant_api: Callable[[str | 
     assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     # Health stays open without a token.
     health = health_pb2_grpc.HealthStub(nobody.channel)
-    assert (await health.Check(health_pb2.HealthCheckRequest())).status == health_pb2.HealthCheckResponse.SERVING
+    assert (
+        await health.Check(health_pb2.HealthCheckRequest())
+    ).status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_tokens_reload(tenant_api: Callable[[str | None], Api]) -> None:
@@ -269,7 +310,10 @@ async def test_tokens_reload(tenant_api: Callable[[str | None], Api]) -> None:
     assert tokens.path is not None
     tokens.path.write_text("tok-carol-0123456789abcdef carol\n")
     assert tokens.reload()
-    await expect_error(alice.stub.ListRuns(pb.ListRunsRequest(), metadata=alice.md()), grpc.StatusCode.UNAUTHENTICATED)
+    await expect_error(
+        alice.stub.ListRuns(pb.ListRunsRequest(), metadata=alice.md()),
+        grpc.StatusCode.UNAUTHENTICATED,
+    )
     carol = alice.md("tok-carol-0123456789abcdef")
     assert (await alice.stub.ListRuns(pb.ListRunsRequest(), metadata=carol)).runs == []
     tokens.path.write_text("short carol\n")

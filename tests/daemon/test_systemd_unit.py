@@ -29,11 +29,15 @@ def test_unit_declares_notify_watchdog_and_directories() -> None:
     assert svc["NoNewPrivileges"] == "yes" and svc["ProtectSystem"] == "strict"
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed"
+)
 def test_unit_verifies(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("sclated")
     unit = tmp_path / "sclated.service"
     unit.write_text(UNIT.read_text().replace("/opt/sclate/.venv/bin/sclated", str(exe)))
-    out = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert "sclated.service" not in out.stderr, out.stderr

@@ -67,8 +67,10 @@ async def test_sigkill_loses_nothing_acknowledged_and_runs_resume(tmp_path: Path
     proc, ready = await start_daemon_process(tmp_path)
     async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
         stub = pb_grpc.SclateStub(ch)
-        created = [await stub.CreateRun(synthetic_request(days=2, events=4, turn_ms=150, run_id=f"k{i}"))
-                   for i in range(3)]
+        created = [
+            await stub.CreateRun(synthetic_request(days=2, events=4, turn_ms=150, run_id=f"k{i}"))
+            for i in range(3)
+        ]
         acknowledged: list[pb.RunEvent] = []
         async for ev in stub.WatchRun(pb.WatchRunRequest(name=created[0].name)):
             acknowledged.append(ev)
@@ -86,7 +88,11 @@ async def test_sigkill_loses_nothing_acknowledged_and_runs_resume(tmp_path: Path
                 events = await _watch(stub, run.name)
                 assert [e.seq for e in events] == list(range(1, len(events) + 1))
                 assert events[-1].state.state == pb.SUCCEEDED, events[-1]
-                resumed = [e for e in events if e.WhichOneof("kind") == "state" and "resumed" in e.state.reason]
+                resumed = [
+                    e
+                    for e in events
+                    if e.WhichOneof("kind") == "state" and "resumed" in e.state.reason
+                ]
                 assert resumed, "the run should say it resumed from its durable point"
                 final = await stub.GetRun(pb.GetRunRequest(name=run.name))
                 assert final.results.rounds_graded == 2
@@ -106,14 +112,18 @@ async def test_hundred_concurrent_runs_complete(tmp_path: Path) -> None:
             stub = pb_grpc.SclateStub(ch)
 
             async def one(i: int) -> int:
-                run = await stub.CreateRun(synthetic_request(days=2, events=3, turn_ms=20, turn_jitter=0.5))
+                run = await stub.CreateRun(
+                    synthetic_request(days=2, events=3, turn_ms=20, turn_jitter=0.5)
+                )
                 events = await _watch(stub, run.name)
                 assert [e.seq for e in events] == list(range(1, len(events) + 1))
                 return int(events[-1].state.state)
 
             states = await asyncio.gather(*(one(i) for i in range(100)))
             assert states == [pb.SUCCEEDED] * 100
-            listed = await stub.ListRuns(pb.ListRunsRequest(page_size=1000, filter="state=SUCCEEDED"))
+            listed = await stub.ListRuns(
+                pb.ListRunsRequest(page_size=1000, filter="state=SUCCEEDED")
+            )
             assert len(listed.runs) == 100
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -129,21 +139,49 @@ async def test_cli_against_the_daemon(tmp_path: Path) -> None:
 
     try:
         ok = await asyncio.to_thread(
-            sclate, "runs", "create", "--benchmark", "synthetic", "--benchmark-option", "days=2",
-            "--harness", "scripted", "--run-id", "cli-ok", "--label", "who=cli", "--wait", "-o", "json",
+            sclate,
+            "runs",
+            "create",
+            "--benchmark",
+            "synthetic",
+            "--benchmark-option",
+            "days=2",
+            "--harness",
+            "scripted",
+            "--run-id",
+            "cli-ok",
+            "--label",
+            "who=cli",
+            "--wait",
+            "-o",
+            "json",
         )
         assert ok.returncode == 0, ok.stderr
         assert json.loads(ok.stdout)["state"] == "SUCCEEDED"
         bad = await asyncio.to_thread(
-            sclate, "runs", "create", "--benchmark", "synthetic", "--harness", "scripted",
-            "--agent-option", "fail_on_round=d0.task0", "--wait", "-o", "json",
+            sclate,
+            "runs",
+            "create",
+            "--benchmark",
+            "synthetic",
+            "--harness",
+            "scripted",
+            "--agent-option",
+            "fail_on_round=d0.task0",
+            "--wait",
+            "-o",
+            "json",
         )
         assert bad.returncode == 1 and json.loads(bad.stdout)["state"] == "FAILED"
         got = await asyncio.to_thread(sclate, "runs", "get", "cli-ok", "-o", "json")
         assert json.loads(got.stdout)["results"]["rounds_graded"] == 2
-        listed = await asyncio.to_thread(sclate, "runs", "list", "--filter", "labels.who=cli", "-o", "json")
+        listed = await asyncio.to_thread(
+            sclate, "runs", "list", "--filter", "labels.who=cli", "-o", "json"
+        )
         assert [r["name"] for r in json.loads(listed.stdout)["runs"]] == ["runs/cli-ok"]
-        watched = await asyncio.to_thread(sclate, "runs", "watch", "cli-ok", "--after-seq", "5", "-o", "json")
+        watched = await asyncio.to_thread(
+            sclate, "runs", "watch", "cli-ok", "--after-seq", "5", "-o", "json"
+        )
         seqs = [int(json.loads(line)["seq"]) for line in watched.stdout.splitlines()]
         assert seqs[0] == 6 and seqs == list(range(6, 6 + len(seqs)))
         for args in (("benchmarks", "list", "-o", "json"), ("agents", "list", "-o", "json")):
@@ -151,7 +189,9 @@ async def test_cli_against_the_daemon(tmp_path: Path) -> None:
             assert out.returncode == 0 and json.loads(out.stdout)
         missing = await asyncio.to_thread(sclate, "runs", "get", "nope")
         assert missing.returncode == 2 and "NOT_FOUND" in missing.stderr
-        unknown = await asyncio.to_thread(sclate, "runs", "create", "--benchmark", "nope", "--harness", "scripted")
+        unknown = await asyncio.to_thread(
+            sclate, "runs", "create", "--benchmark", "nope", "--harness", "scripted"
+        )
         assert unknown.returncode == 2 and "field=run.benchmark.name" in unknown.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -180,15 +220,29 @@ async def test_systemd_notify_protocol(tmp_path: Path) -> None:
     sock.close()
 
 
-async def test_config_file_and_bad_config(tmp_path: Path) -> None:
+def test_config_file_and_bad_config(tmp_path: Path) -> None:
     cfg = tmp_path / "sclated.toml"
     cfg.write_text(f'listen = "127.0.0.1:0"\nstate_dir = "{tmp_path / "s"}"\nmax_running = 3\n')
-    bad = subprocess.run([sys.executable, "-m", "sclated", "--config", str(cfg), "--listen", "0.0.0.0:0"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "sclated", "--config", str(cfg), "--listen", "0.0.0.0:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "loopback" in bad.stderr
     cfg.write_text(cfg.read_text() + "colour = 1\n")
-    bad = subprocess.run([sys.executable, "-m", "sclated", "--config", str(cfg)], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "sclated", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "unknown key 'colour'" in bad.stderr
     cfg.write_text(f'state_dir = "{tmp_path / "s"}"\nmax_running = "many"\n')
-    bad = subprocess.run([sys.executable, "-m", "sclated", "--config", str(cfg)], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "sclated", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "max_running" in bad.stderr

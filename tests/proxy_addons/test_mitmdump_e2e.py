@@ -132,7 +132,7 @@ async def stack() -> AsyncIterator[tuple[Upstream, FakeDaemon, int, int, Path]]:
     agent_port, memory_port = free_port(), free_port()
     env = dict(os.environ, SCLATE_RUN_SECRET=SECRET, SCLATE_UPSTREAM_API_KEY=REAL)
     # A file, not a pipe nobody reads: a full pipe would stall mitmdump.
-    log = open(d / "mitmdump.log", "wb")  # noqa: SIM115, ASYNC230 (tmpfs, before any I/O)
+    log = open(d / "mitmdump.log", "wb")  # noqa: SIM115 (tmpfs, before any I/O)
     proc = await asyncio.create_subprocess_exec(
         str(MITMDUMP),
         "-q",

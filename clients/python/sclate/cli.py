@@ -39,6 +39,7 @@ class Client:
 
     def __init__(self, endpoint: str, token: str | None, tls_ca: Path | None = None) -> None:
         import grpc
+
         from sclate.v1 import sclate_pb2_grpc
 
         self._grpc = grpc
@@ -68,7 +69,11 @@ class Client:
     def _error(self, exc: Any) -> CliError:
         code = exc.code()
         trailers = {m.key: m.value for m in (exc.trailing_metadata() or ())}
-        extra = ", ".join(f"{k.removeprefix('sclate-')}={v}" for k, v in trailers.items() if k.startswith("sclate-"))
+        extra = ", ".join(
+            f"{k.removeprefix('sclate-')}={v}"
+            for k, v in trailers.items()
+            if k.startswith("sclate-")
+        )
         if code == self._grpc.StatusCode.UNAVAILABLE and not trailers:
             return CliError(
                 f"cannot reach sclated at {self.endpoint}: {exc.details()}. Is the daemon running? "
@@ -125,12 +130,17 @@ def cmd_runs_create(args: argparse.Namespace, client: Client) -> int:
 
     run = pb.Run(
         benchmark=pb.BenchmarkSpec(
-            name=args.benchmark, scenario=args.scenario or "", data_dir=args.data_dir or "", subset=args.subset or []
+            name=args.benchmark,
+            scenario=args.scenario or "",
+            data_dir=args.data_dir or "",
+            subset=args.subset or [],
         ),
         agent=pb.AgentSpec(
             harness=args.harness,
             memory=args.memory or "",
-            model=pb.ModelEndpoint(base_url=args.model_url or "", api=args.model_api or "", model=args.model or ""),
+            model=pb.ModelEndpoint(
+                base_url=args.model_url or "", api=args.model_api or "", model=args.model or ""
+            ),
         ),
         clock=pb.ClockSpec(mode=pb.ClockMode.Value(args.clock.upper()), rate=args.rate or 0.0),
         labels={k: str(v) for k, v in _kv(args.label, "--label").items()},
@@ -146,7 +156,10 @@ def cmd_runs_create(args: argparse.Namespace, client: Client) -> int:
     if args.start:
         run.clock.start_time.FromDatetime(_parse_time(args.start))
     created = client.call(
-        "CreateRun", pb.CreateRunRequest(run=run, run_id=args.run_id or "", request_id=args.request_id or str(uuid.uuid4()))
+        "CreateRun",
+        pb.CreateRunRequest(
+            run=run, run_id=args.run_id or "", request_id=args.request_id or str(uuid.uuid4())
+        ),
     )
     if not args.wait:
         _show_run(created, args.output)
@@ -169,7 +182,13 @@ def _wait(client: Client, name: str, output: str) -> Any:
     console = Console(stderr=True)
     fires = verdicts = 0
     state = "PENDING"
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=console, transient=True) as prog:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        console=console,
+        transient=True,
+    ) as prog:
         task = prog.add_task(f"{name}: {state}", total=None)
         for ev in client.stream("WatchRun", pb.WatchRunRequest(name=name)):
             kind = ev.WhichOneof("kind")
@@ -178,11 +197,15 @@ def _wait(client: Client, name: str, output: str) -> Any:
                 fires += 1
             elif kind == "verdict":
                 verdicts += 1
-                console.print(f"  verdict {ev.verdict.round_id}: {'%.2f' % ev.verdict.score if ev.verdict.graded else 'ungradable'}")
+                console.print(
+                    f"  verdict {ev.verdict.round_id}: {f'{ev.verdict.score:.2f}' if ev.verdict.graded else 'ungradable'}"
+                )
             elif kind == "state":
                 state = _state_name(ev.state.state)
                 console.print(f"  {state}: {ev.state.reason}")
-            prog.update(task, description=f"{name}: {state}  sim {sim}  fires {fires}  verdicts {verdicts}")
+            prog.update(
+                task, description=f"{name}: {state}  sim {sim}  fires {fires}  verdicts {verdicts}"
+            )
     return client.call("GetRun", pb.GetRunRequest(name=name))
 
 
@@ -197,7 +220,10 @@ def _show_run(run: Any, output: str) -> None:
     t = Table(show_header=False, box=None)
     t.add_row("name", run.name)
     t.add_row("state", f"{_state_name(run.state)}  {run.state_reason}")
-    t.add_row("benchmark", f"{run.benchmark.name} {run.benchmark.scenario or run.benchmark.data_dir}".strip())
+    t.add_row(
+        "benchmark",
+        f"{run.benchmark.name} {run.benchmark.scenario or run.benchmark.data_dir}".strip(),
+    )
     t.add_row("agent", run.agent.harness)
     if run.HasField("sim_time"):
         t.add_row("sim time", run.sim_time.ToDatetime(tzinfo=dt.UTC).isoformat())
@@ -213,7 +239,10 @@ def _show_run(run: Any, output: str) -> None:
                 f"{s.jumps} jumps, compression {s.compression_ratio:,.0f}x (limit {s.compression_limit:,.0f}x)",
             )
         for c in r.calls:
-            t.add_row(f"calls[{c.role}]", f"{c.calls} calls, {c.prompt_tokens} prompt + {c.completion_tokens} completion tokens")
+            t.add_row(
+                f"calls[{c.role}]",
+                f"{c.calls} calls, {c.prompt_tokens} prompt + {c.completion_tokens} completion tokens",
+            )
         if r.report_path:
             t.add_row("report", r.report_path)
         if r.plot_path:
@@ -234,7 +263,12 @@ def cmd_runs_list(args: argparse.Namespace, client: Client) -> int:
     runs: list[Any] = []
     token = ""
     while True:
-        resp = client.call("ListRuns", pb.ListRunsRequest(page_size=args.page_size, page_token=token, filter=args.filter or ""))
+        resp = client.call(
+            "ListRuns",
+            pb.ListRunsRequest(
+                page_size=args.page_size, page_token=token, filter=args.filter or ""
+            ),
+        )
         runs.extend(resp.runs)
         token = resp.next_page_token
         if not token or not args.all:
@@ -248,7 +282,10 @@ def cmd_runs_list(args: argparse.Namespace, client: Client) -> int:
     t = Table("name", "state", "benchmark", "agent", "score", "created")
     for r in runs:
         t.add_row(
-            r.name, _state_name(r.state), r.benchmark.name, r.agent.harness,
+            r.name,
+            _state_name(r.state),
+            r.benchmark.name,
+            r.agent.harness,
             f"{r.results.score:.3f}" if r.HasField("results") else "",
             r.create_time.ToDatetime(tzinfo=dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
         )
@@ -265,13 +302,19 @@ def _event_line(ev: Any) -> str:
     if kind == "fire":
         detail = f"{body.event_id} ({', '.join(body.effects)})"
     elif kind == "jump":
-        detail = f"{body.from_time.ToDatetime(tzinfo=dt.UTC).isoformat(timespec='seconds')} -> {body.to_time.ToDatetime(tzinfo=dt.UTC).isoformat(timespec='seconds')}"
+        start = body.from_time.ToDatetime(tzinfo=dt.UTC).isoformat(timespec="seconds")
+        end = body.to_time.ToDatetime(tzinfo=dt.UTC).isoformat(timespec="seconds")
+        detail = f"{start} -> {end}"
     elif kind == "lease":
         detail = f"{body.change} {body.lease} by {body.holder} (held {body.held_count})"
     elif kind == "turn":
         detail = f"{body.round_id} {body.phase} delay {body.delivery_delay_ms:.1f} ms: {body.reply[:60]!r}"
     elif kind == "verdict":
-        detail = f"{body.round_id} score {body.score:.2f}" if body.graded else f"{body.round_id} ungradable"
+        detail = (
+            f"{body.round_id} score {body.score:.2f}"
+            if body.graded
+            else f"{body.round_id} ungradable"
+        )
     else:
         detail = f"{_state_name(body.state)} {body.reason}"
     return f"{ev.seq:>6} {sim} {kind:<7} {detail}"
@@ -280,7 +323,9 @@ def _event_line(ev: Any) -> str:
 def cmd_runs_watch(args: argparse.Namespace, client: Client) -> int:
     from sclate.v1 import sclate_pb2 as pb
 
-    for ev in client.stream("WatchRun", pb.WatchRunRequest(name=_run_name(args.name), after_seq=args.after_seq)):
+    for ev in client.stream(
+        "WatchRun", pb.WatchRunRequest(name=_run_name(args.name), after_seq=args.after_seq)
+    ):
         if args.output == "json":
             print(json.dumps(_to_dict(ev)), flush=True)
         else:
@@ -310,7 +355,9 @@ def cmd_benchmarks_list(args: argparse.Namespace, client: Client) -> int:
         _print_json(_to_dict(resp))
         return 0
     for b in resp.benchmarks:
-        print(f"{b.name:<14} {b.description}  [data: {b.data_format}; scenarios: {', '.join(b.scenarios) or '-'}]")
+        print(
+            f"{b.name:<14} {b.description}  [data: {b.data_format}; scenarios: {', '.join(b.scenarios) or '-'}]"
+        )
     return 0
 
 
@@ -345,13 +392,23 @@ def _add_output(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sclate", description="Client of the sclated daemon, and local sclate tools.")
-    p.add_argument("--endpoint", default=None, help=f"HOST:PORT or unix:PATH (env SCLATE_ENDPOINT; default {DEFAULT_ENDPOINT} or {SYSTEM_SOCKET})")
+    p = argparse.ArgumentParser(
+        prog="sclate", description="Client of the sclated daemon, and local sclate tools."
+    )
+    p.add_argument(
+        "--endpoint",
+        default=None,
+        help=f"HOST:PORT or unix:PATH (env SCLATE_ENDPOINT; default {DEFAULT_ENDPOINT} or {SYSTEM_SOCKET})",
+    )
     p.add_argument("--token", default=None, help="bearer token (env SCLATE_TOKEN)")
-    p.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify a TLS daemon")
+    p.add_argument(
+        "--tls-ca", type=Path, default=None, help="CA certificate to verify a TLS daemon"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
-    runs = sub.add_parser("runs", help="create, inspect and control runs").add_subparsers(dest="runs_cmd", required=True)
+    runs = sub.add_parser("runs", help="create, inspect and control runs").add_subparsers(
+        dest="runs_cmd", required=True
+    )
     c = runs.add_parser("create", help="create a run")
     c.add_argument("--benchmark", required=True)
     c.add_argument("--scenario")
@@ -370,7 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--label", action="append", metavar="KEY=VALUE")
     c.add_argument("--run-id")
     c.add_argument("--request-id", help="idempotency key (default: a fresh one)")
-    c.add_argument("--wait", action="store_true", help="show live progress; exit 1 unless the run SUCCEEDED")
+    c.add_argument(
+        "--wait", action="store_true", help="show live progress; exit 1 unless the run SUCCEEDED"
+    )
     _add_output(c)
     c.set_defaults(func=cmd_runs_create)
     for name, fn, help_ in (
@@ -395,17 +454,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(w)
     w.set_defaults(func=cmd_runs_watch)
 
-    b = sub.add_parser("benchmarks", help="benchmarks the daemon offers").add_subparsers(dest="b_cmd", required=True)
+    b = sub.add_parser("benchmarks", help="benchmarks the daemon offers").add_subparsers(
+        dest="b_cmd", required=True
+    )
     bl = b.add_parser("list")
     _add_output(bl)
     bl.set_defaults(func=cmd_benchmarks_list)
-    a = sub.add_parser("agents", help="agent harnesses the daemon offers").add_subparsers(dest="a_cmd", required=True)
+    a = sub.add_parser("agents", help="agent harnesses the daemon offers").add_subparsers(
+        dest="a_cmd", required=True
+    )
     al = a.add_parser("list")
     _add_output(al)
     al.set_defaults(func=cmd_agents_list)
 
     bench = sub.add_parser("bench", help="benchmarks of sclate itself (prints JSON with --json)")
-    bench.add_argument("which", choices=("scheduler", "daemon", "sandbox", "proxy", "e2e"))
+    bench.add_argument(
+        "which",
+        choices=("scheduler", "daemon", "sandbox", "proxy", "e2e"),
+        metavar="{scheduler,daemon,sandbox,proxy,e2e}",
+    )
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(local=cmd_bench)
     demo = sub.add_parser("demo", help="run the demo and print its report")
@@ -422,7 +489,9 @@ def main(argv: list[str] | None = None) -> int:
         if local is not None:
             return int(local(args))
         client = Client(
-            args.endpoint or default_endpoint(), args.token or os.environ.get("SCLATE_TOKEN"), args.tls_ca
+            args.endpoint or default_endpoint(),
+            args.token or os.environ.get("SCLATE_TOKEN"),
+            args.tls_ca,
         )
         return int(args.func(args, client))
     except CliError as exc:
