@@ -381,6 +381,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench_cli(args.which, args.rest)
 
 
+def cmd_images(args: argparse.Namespace) -> int:
+    from adapters.reference_harness.image import register_image
+    from sclated.runtime import build_images_cli
+
+    register_image()
+    return build_images_cli(args.rest)
+
+
+def cmd_model_serve(args: argparse.Namespace) -> int:
+    from sclated.model.__main__ import main as model_main
+
+    return model_main(args.rest)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from sclated.doctor import run_doctor_cli
+
+    return run_doctor_cli(args.rest)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from sclated.demo import run_demo_cli
 
@@ -475,6 +495,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(local=cmd_bench)
+    images = sub.add_parser("images", help="sandbox images").add_subparsers(dest="i_cmd", required=True)
+    ib = images.add_parser("build", help="build every image locally (content-hashed tags; nothing rebuilt twice)")
+    ib.add_argument("rest", nargs=argparse.REMAINDER)
+    ib.set_defaults(local=cmd_images)
+    model = sub.add_parser("model", help="the embedded model").add_subparsers(dest="m_cmd", required=True)
+    ms = model.add_parser("serve", help="serve a GGUF (default SmolLM2-135M-Instruct) over OpenAI/Anthropic APIs")
+    ms.add_argument("rest", nargs=argparse.REMAINDER)
+    ms.set_defaults(local=cmd_model_serve)
+    doctor = sub.add_parser("doctor", help="check the engine, images, simulated time, proxy and model")
+    doctor.add_argument("rest", nargs=argparse.REMAINDER)
+    doctor.set_defaults(local=cmd_doctor)
     demo = sub.add_parser("demo", help="run the demo and print its report")
     demo.add_argument("rest", nargs=argparse.REMAINDER)
     demo.set_defaults(local=cmd_demo)
