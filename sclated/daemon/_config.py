@@ -42,11 +42,7 @@ class DaemonConfig:
         if self.unix_socket:
             return Path(self.unix_socket)
         runtime = os.environ.get("RUNTIME_DIRECTORY")
-        return (
-            Path(runtime.split(":")[0]) / "sclated.sock"
-            if runtime
-            else self.state_dir / "sclated.sock"
-        )
+        return Path(runtime.split(":")[0]) / "sclated.sock" if runtime else self.state_dir / "sclated.sock"
 
     def validate(self) -> DaemonConfig:
         if self.listen:
@@ -69,9 +65,7 @@ class DaemonConfig:
         if not isinstance(self.drain_grace_s, int | float) or self.drain_grace_s < 0:
             raise InvalidArgument("drain_grace_s must not be negative", field="drain_grace_s")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
-            raise InvalidArgument(
-                f"log_level {self.log_level!r} is not debug/info/warning/error", field="log_level"
-            )
+            raise InvalidArgument(f"log_level {self.log_level!r} is not debug/info/warning/error", field="log_level")
         return self
 
 
@@ -97,9 +91,7 @@ _PATHS = {"state_dir", "tokens_file", "tls_cert", "tls_key", "ready_file"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="sclated", description="The sclate daemon (gRPC API sclate.v1)."
-    )
+    p = argparse.ArgumentParser(prog="sclated", description="The sclate daemon (gRPC API sclate.v1).")
     p.add_argument("--config", type=Path, help="TOML file; flags override its keys")
     p.add_argument(
         "--listen",
@@ -113,12 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running", type=int, help="runs executing at once (the rest wait PENDING)")
     p.add_argument("--tenant-max-running", type=int)
     p.add_argument("--tenant-max-active", type=int, help="PENDING+RUNNING runs per tenant")
-    p.add_argument(
-        "--drain-grace-s", type=float, help="on SIGTERM, how long running runs may finish"
-    )
-    p.add_argument(
-        "--ready-file", type=Path, help="written with the bound addresses once listening"
-    )
+    p.add_argument("--drain-grace-s", type=float, help="on SIGTERM, how long running runs may finish")
+    p.add_argument("--ready-file", type=Path, help="written with the bound addresses once listening")
     p.add_argument("--log-level")
     return p
 
@@ -130,18 +118,12 @@ def load_config(args: argparse.Namespace) -> DaemonConfig:
         try:
             data = tomllib.loads(args.config.read_text())
         except OSError as exc:
-            raise InvalidArgument(
-                f"cannot read config {str(args.config)!r}: {exc.strerror}", field="config"
-            ) from None
+            raise InvalidArgument(f"cannot read config {str(args.config)!r}: {exc.strerror}", field="config") from None
         except tomllib.TOMLDecodeError as exc:
-            raise InvalidArgument(
-                f"config {str(args.config)!r} is not valid TOML: {exc}", field="config"
-            ) from None
+            raise InvalidArgument(f"config {str(args.config)!r} is not valid TOML: {exc}", field="config") from None
         for key, value in data.items():
             if key not in known:
-                raise InvalidArgument(
-                    f"config {str(args.config)!r}: unknown key {key!r}", field=key
-                )
+                raise InvalidArgument(f"config {str(args.config)!r}: unknown key {key!r}", field=key)
             values[key] = Path(value) if key in _PATHS else value
     for key in known:
         flag = getattr(args, key, None)
@@ -150,13 +132,9 @@ def load_config(args: argparse.Namespace) -> DaemonConfig:
     for key, value in values.items():
         expected = _TYPES.get(key)
         if expected is not None and (not isinstance(value, expected) or isinstance(value, bool)):
-            raise InvalidArgument(
-                f"{key} must be of type {expected.__name__}, got {value!r}", field=key
-            )
+            raise InvalidArgument(f"{key} must be of type {expected.__name__}, got {value!r}", field=key)
     if "state_dir" not in values:
-        raise InvalidArgument(
-            "state_dir is required (--state-dir or state_dir in the config)", field="state_dir"
-        )
+        raise InvalidArgument("state_dir is required (--state-dir or state_dir in the config)", field="state_dir")
     try:
         cfg = DaemonConfig(**values)
     except TypeError as exc:

@@ -13,8 +13,10 @@ import gc
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -29,10 +31,28 @@ from sclated.api._servicer import SclateServicer
 from sclated.daemon._config import DaemonConfig
 from sclated.daemon._sdnotify import notify, watchdog_interval_s, watchdog_loop
 from sclated.errors import SclateError
-from sclated.runs import ManagerConfig, Registry, RunManager, default_registry
+from sclated.runs import ManagerConfig, Registry, RunManager, RunSpec, default_registry
+from sclated.runs._model_service import EmbeddedModel, chat_once
+from sclated.runs._sandboxed import SandboxServices
 from sclated.store import Store
 
 __all__ = ["Daemon"]
+
+
+def _daemon_id(state_dir: Path) -> str:
+    """Stable per state directory, so a restarted daemon recognises its own containers."""
+    path = state_dir / "daemon-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ident = f"sclated-{secrets.token_hex(4)}"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(ident + "\n")
+    os.replace(tmp, path)
+    return ident
+
 
 log = logging.getLogger("sclated")
 _SERVICE = sclate_pb2.DESCRIPTOR.services_by_name["Sclate"].full_name
@@ -43,15 +63,24 @@ class Daemon:
         self.config = config
         self.tokens = TokenTable(config.tokens_file)
         self.store = Store(config.state_dir / "sclated.db")
+        self.daemon_id = _daemon_id(config.state_dir)
+        self.services = SandboxServices(
+            state_dir=config.state_dir,
+            daemon_id=self.daemon_id,
+            store=self.store,
+            model=EmbeddedModel(log_path=config.state_dir / "model-server.log"),
+        )
         self.manager = RunManager(
             self.store,
-            registry or default_registry(),
+            registry or default_registry(self.services),
             ManagerConfig(
                 max_running=config.max_running,
                 tenant_max_running=config.tenant_max_running,
                 tenant_max_active=config.tenant_max_active,
             ),
+            runs_dir=config.state_dir / "runs",
         )
+        self.manager.judge_factory = self._judge_for
         self.health = HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.tcp_address: str | None = None
@@ -64,6 +93,7 @@ class Daemon:
         cfg = self.config
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         await self.store.open()
+        await self._reap_leftovers()
         await self.manager.start()
         opts = [
             ("grpc.max_receive_message_length", cfg.max_message_bytes),
@@ -84,9 +114,7 @@ class Daemon:
         if cfg.listen:
             host = cfg.listen.rpartition(":")[0]
             if cfg.tls_cert is not None and cfg.tls_key is not None:
-                creds = grpc.ssl_server_credentials(
-                    [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())]
-                )
+                creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
                 port = server.add_secure_port(cfg.listen, creds)
             else:
                 port = server.add_insecure_port(cfg.listen)
@@ -116,9 +144,7 @@ class Daemon:
                 )
             )
             os.replace(tmp, cfg.ready_file)
-        notify(
-            f"READY=1\nSTATUS=serving on {self.tcp_address or ''} {self.unix_path or ''}".strip()
-        )
+        notify(f"READY=1\nSTATUS=serving on {self.tcp_address or ''} {self.unix_path or ''}".strip())
         interval = watchdog_interval_s()
         if interval:
             self._watchdog = asyncio.get_running_loop().create_task(watchdog_loop(interval))
@@ -128,6 +154,30 @@ class Daemon:
             self.unix_path,
             cfg.state_dir,
         )
+
+    async def _reap_leftovers(self) -> None:
+        """Remove sandboxes a previous process of this daemon left, except those of
+        runs that will resume (they are adopted, workspace intact)."""
+        active = await self.store.runs_in_states(["RUNNING", "PENDING"])
+        keep = {row.name.split("/", 1)[1] for row in active}
+        try:
+            runtime = await self.services.runtime()
+        except SclateError as exc:
+            log.warning("no container engine (%s); sandboxed agents will fail until it is up", exc.message)
+            return
+        removed = await runtime.reap(self.daemon_id, keep)
+        if removed:
+            log.info("removed %d sandbox(es) left by a previous process", len(removed))
+
+    def _judge_for(self, spec: RunSpec) -> Callable[[str], Awaitable[str]]:
+        judge_url = str(spec.benchmark.options.get("judge_base_url", "")) or spec.agent.model.base_url
+        services = self.services
+
+        async def judge(prompt: str) -> str:
+            url = judge_url or await services.model.url()
+            return await chat_once(url, prompt, model=str(spec.benchmark.options.get("judge_model", "")))
+
+        return judge
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -152,6 +202,7 @@ class Daemon:
         await self.manager.shutdown(grace)
         if self.server is not None:
             await stop_server
+        await self.services.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
         await self.store.close()

@@ -66,10 +66,5 @@ def entry_from_json(d: dict[str, Any]) -> JournalEntry:
             snapshot_version=d["version"],
             effects=(),
         )
-    specs = tuple(
-        EventSpec(s["id"], At(s["at_ns"]), (Wake(s["waiter"]),), priority=Priority.HIGH)
-        for s in d["specs"]
-    )
-    return InputRecord(
-        d["seq"], d["kind"], d["at_ns"], d["version"], d["payload"], d["source"], specs
-    )
+    specs = tuple(EventSpec(s["id"], At(s["at_ns"]), (Wake(s["waiter"]),), priority=Priority.HIGH) for s in d["specs"])
+    return InputRecord(d["seq"], d["kind"], d["at_ns"], d["version"], d["payload"], d["source"], specs)

@@ -86,9 +86,7 @@ class RunSummary:
             "compression_ratio": self.compression_ratio,
             "compression_limit": self.compression_limit if self.busy_ns else None,
             "jumps": self.jumps,
-            "expired_leases": [
-                {"name": e.info.name, "holder": e.info.holder} for e in self.expired_leases
-            ],
+            "expired_leases": [{"name": e.info.name, "holder": e.info.holder} for e in self.expired_leases],
         }
 
 

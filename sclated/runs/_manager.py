@@ -15,13 +15,16 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from sclated.capture import EXPORT_FORMATS, Sample, export
 from sclated.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -32,6 +35,7 @@ from sclated.errors import (
 )
 from sclated.runs._registry import Registry
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
+from sclated.runs._trajectories import run_samples, trainable_roles
 from sclated.runs._worker import RunOutcome, RunWorker, load_scenario
 from sclated.store import EventRow, JournalRow, RunRow, Store, WriteBatch
 
@@ -99,10 +103,26 @@ class _Live:
     uncommitted: list[EventRow] = field(default_factory=list)
     notify: asyncio.Event = field(default_factory=asyncio.Event)
     finished: bool = False
+    worker: RunWorker | None = None
 
     @property
     def key(self) -> str:
         return self.row.name
+
+
+def summarize_calls(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Captured model calls by role, with token counts (retries are not new calls)."""
+    by_role: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        role = str(rec.get("role", "unknown"))
+        row = by_role.setdefault(role, {"role": role, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        if rec.get("retry_of"):
+            continue
+        row["calls"] += 1
+        usage = rec.get("usage") or {}
+        row["prompt_tokens"] += int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+        row["completion_tokens"] += int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+    return sorted(by_role.values(), key=lambda r: str(r["role"]))
 
 
 def _key(tenant: str, run_id: str) -> str:
@@ -115,9 +135,7 @@ def _run_id_of(key: str) -> str:
 
 def parse_run_name(name: str, field_name: str = "name") -> str:
     if not name.startswith("runs/"):
-        raise InvalidArgument(
-            f"{field_name} {name!r} must look like 'runs/{{run}}'", field=field_name
-        )
+        raise InvalidArgument(f"{field_name} {name!r} must look like 'runs/{{run}}'", field=field_name)
     return validate_run_id(name[5:], field_name)
 
 
@@ -157,9 +175,7 @@ class _Filter:
             key, sep, value = term.strip().partition("=")
             key, value = key.strip(), value.strip().strip('"')
             if not sep or not key or not value:
-                raise InvalidArgument(
-                    f"filter term {term.strip()!r} is not 'field=value'", field="filter"
-                )
+                raise InvalidArgument(f"filter term {term.strip()!r} is not 'field=value'", field="filter")
             if key == "state":
                 if value.upper() not in STATES:
                     raise InvalidArgument(f"filter: unknown state {value!r}", field="filter")
@@ -211,9 +227,15 @@ class _Sink:
 
 class RunManager:
     def __init__(
-        self, store: Store, registry: Registry, config: ManagerConfig | None = None
+        self,
+        store: Store,
+        registry: Registry,
+        config: ManagerConfig | None = None,
+        *,
+        runs_dir: Path | None = None,
     ) -> None:
         self.store = store
+        self.runs_dir = runs_dir
         self.registry = registry
         self.config = config or ManagerConfig()
         self._live: dict[str, _Live] = {}
@@ -232,9 +254,7 @@ class RunManager:
     async def start(self) -> None:
         self._seq = await self.store.max_run_seq()
         self._requests = await self.store.request_index()
-        self._flusher = asyncio.get_running_loop().create_task(
-            self._flush_loop(), name="sclated-flusher"
-        )
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop(), name="sclated-flusher")
         for row in await self.store.runs_in_states(["RUNNING", "PENDING"]):
             live = _Live(row, row.last_event_seq + 1)
             self._live[row.name] = live
@@ -258,14 +278,14 @@ class RunManager:
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting, let running runs finish for ``grace_s``, interrupt the rest, persist."""
         self._accepting = False
-        tasks = [
-            lv.task for lv in self._live.values() if lv.task is not None and not lv.task.done()
-        ]
+        tasks = [lv.task for lv in self._live.values() if lv.task is not None and not lv.task.done()]
         if tasks:
             _, still = await asyncio.wait(tasks, timeout=grace_s)
             for lv in self._live.values():
                 if lv.task is not None and lv.task in still:
                     lv.stop_reason = "shutdown"
+                    if lv.worker is not None:
+                        lv.worker.keep_sandbox = True
                     lv.task.cancel()
             if still:
                 await asyncio.wait(still)
@@ -362,22 +382,16 @@ class RunManager:
     ) -> RunView:
         validate_tenant(tenant)
         if not self._accepting:
-            raise Unavailable(
-                "the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN"
-            )
+            raise Unavailable("the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN")
         if len(request_id) > 128:
             raise InvalidArgument("request_id is longer than 128 characters", field="request_id")
-        request_hash = hashlib.sha256(
-            json.dumps([spec.to_dict(), run_id, parent], sort_keys=True).encode()
-        ).hexdigest()
+        request_hash = hashlib.sha256(json.dumps([spec.to_dict(), run_id, parent], sort_keys=True).encode()).hexdigest()
         if request_id:
             existing = self._requests.get((tenant, request_id))
             if existing is not None:
                 row = await self._row(existing)
                 if row is None:
-                    raise NotFound(
-                        f"the run created by request {request_id!r} was deleted", field="request_id"
-                    )
+                    raise NotFound(f"the run created by request {request_id!r} was deleted", field="request_id")
                 if row.request_hash != request_hash:
                     raise InvalidArgument(
                         f"request_id {request_id!r} was used for a different request",
@@ -457,22 +471,16 @@ class RunManager:
                 tok = json.loads(base64.urlsafe_b64decode(page_token.encode() + b"==="))
                 after = int(tok["after"])
                 if tok["f"] != fhash:
-                    raise InvalidArgument(
-                        "page_token belongs to a different filter", field="page_token"
-                    )
+                    raise InvalidArgument("page_token belongs to a different filter", field="page_token")
             except InvalidArgument:
                 raise
             except Exception:
-                raise InvalidArgument(
-                    "page_token is not one this daemon issued", field="page_token"
-                ) from None
+                raise InvalidArgument("page_token is not one this daemon issued", field="page_token") from None
         out: list[RunView] = []
         last_seq = after
         exhausted = False
         while len(out) < size and not exhausted:
-            rows = await self.store.list_runs(
-                tenant, after_seq=last_seq, limit=size * 2, states=flt.states
-            )
+            rows = await self.store.list_runs(tenant, after_seq=last_seq, limit=size * 2, states=flt.states)
             exhausted = len(rows) < size * 2
             for row in rows:
                 last_seq = row.seq
@@ -484,14 +492,10 @@ class RunManager:
         # Runs created but not yet flushed are not listed until committed (milliseconds).
         token = ""
         if len(out) == size:
-            more = await self.store.list_runs(
-                tenant, after_seq=last_seq, limit=1, states=flt.states
-            )
+            more = await self.store.list_runs(tenant, after_seq=last_seq, limit=1, states=flt.states)
             if more:
                 token = (
-                    base64.urlsafe_b64encode(json.dumps({"after": last_seq, "f": fhash}).encode())
-                    .decode()
-                    .rstrip("=")
+                    base64.urlsafe_b64encode(json.dumps({"after": last_seq, "f": fhash}).encode()).decode().rstrip("=")
                 )
         return out, token
 
@@ -513,9 +517,7 @@ class RunManager:
     async def delete(self, tenant: str, name: str) -> None:
         row = await self._get_row(tenant, name)
         if row.state in ACTIVE_STATES:
-            raise FailedPrecondition(
-                f"run {name!r} is {row.state}; cancel it before deleting it", reason="RUN_ACTIVE"
-            )
+            raise FailedPrecondition(f"run {name!r} is {row.state}; cancel it before deleting it", reason="RUN_ACTIVE")
         await self.flush()
         await self.store.delete_run(row.name)
         self._live.pop(row.name, None)
@@ -525,9 +527,7 @@ class RunManager:
     async def resume(self, tenant: str, name: str) -> RunView:
         row = await self._get_row(tenant, name)
         if row.state != "INTERRUPTED":
-            raise FailedPrecondition(
-                f"run {name!r} is {row.state}, not INTERRUPTED", reason="NOT_INTERRUPTED"
-            )
+            raise FailedPrecondition(f"run {name!r} is {row.state}, not INTERRUPTED", reason="NOT_INTERRUPTED")
         if not self._accepting:
             raise Unavailable("the daemon is shutting down", reason="SHUTTING_DOWN")
         live = _Live(row, row.last_event_seq + 1, resume=True)
@@ -564,11 +564,7 @@ class RunManager:
                     continue
                 live = self._live.get(key)
                 if live is None or live.finished:
-                    last = (
-                        live.row.last_event_seq
-                        if live is not None
-                        else (await self._row(key) or row).last_event_seq
-                    )
+                    last = live.row.last_event_seq if live is not None else (await self._row(key) or row).last_event_seq
                     if cursor >= last:
                         return
                     continue
@@ -597,9 +593,7 @@ class RunManager:
             self._queue.pop(key)
             self._running.add(key)
             per_tenant[t] = per_tenant.get(t, 0) + 1
-            live.task = asyncio.get_running_loop().create_task(
-                self._execute(live), name=f"run:{key}"
-            )
+            live.task = asyncio.get_running_loop().create_task(self._execute(live), name=f"run:{key}")
 
     async def _execute(self, live: _Live) -> None:
         outcome: RunOutcome
@@ -607,9 +601,11 @@ class RunManager:
             journal = await self.store.journal(live.key) if live.resume else None
             spec = RunSpec.from_dict(live.row.spec)
             judge = self.judge_factory(spec) if self.judge_factory is not None else None
+            run_dir = self.runs_dir / live.key if self.runs_dir is not None else None
             worker = RunWorker(
-                live.key, spec, self.registry, _Sink(self, live), journal=journal, judge=judge
+                live.key, spec, self.registry, _Sink(self, live), journal=journal, judge=judge, run_dir=run_dir
             )
+            live.worker = worker
             reason = "resumed from the last durable point" if live.resume else "admitted"
             self._set_state(live, "RUNNING", reason, start_ns=live.row.start_ns or time.time_ns())
             outcome = await worker.run()
@@ -626,15 +622,18 @@ class RunManager:
         except Exception as exc:
             log.exception("run %s failed", live.key)
             outcome = RunOutcome("FAILED", f"internal error: {type(exc).__name__}: {exc}")
+        if outcome.state != "CANCELLED" or outcome.results:
+            with contextlib.suppress(Exception):
+                calls = await self.store.calls(live.key)
+                if calls:
+                    outcome.results["calls"] = summarize_calls(calls)
         try:
             await self._finish(live, outcome.state, outcome.reason, outcome.results)
         finally:
             self._running.discard(live.key)
             self._admit()
 
-    async def _finish(
-        self, live: _Live, state: str, reason: str, results: dict[str, Any] | None = None
-    ) -> None:
+    async def _finish(self, live: _Live, state: str, reason: str, results: dict[str, Any] | None = None) -> None:
         fields: dict[str, Any] = {"end_ns": time.time_ns()}
         if results:
             fields["results"] = results
@@ -652,3 +651,32 @@ class RunManager:
     # -- introspection ------------------------------------------------------------
     def counts(self) -> dict[str, int]:
         return {"running": len(self._running), "pending": len(self._queue), "live": len(self._live)}
+
+    # -- trajectories ----------------------------------------------------------------
+    async def trajectories(self, tenant: str, name: str, roles: Sequence[str] = ()) -> Sequence[Sample]:
+        """The run's token-level samples; rewards are None until a round is graded."""
+        trainable_roles(roles)
+        row = await self._get_row(tenant, name, "run")
+        return await run_samples(self.store, row.name, row.results, roles)
+
+    async def export(
+        self,
+        tenant: str,
+        name: str,
+        fmt: str,
+        roles: Sequence[str],
+        out_path: str | os.PathLike[str],
+    ) -> int:
+        """Write the run's samples to ``out_path`` in ``fmt``; returns the rows written."""
+        # Checked before the run is looked up, so a bad request is
+        # INVALID_ARGUMENT whatever the run.
+        if fmt not in EXPORT_FORMATS:
+            raise InvalidArgument(f"unknown export format {fmt!r}; one of {', '.join(EXPORT_FORMATS)}", field="format")
+        samples = await self.trajectories(tenant, name, roles)
+        if any(s.reward is None for s in samples):
+            raise FailedPrecondition(
+                f"run {name!r} has no graded verdict yet, so its trajectories have no reward to "
+                "export; export it once a round is graded",
+                reason="NO_REWARDS",
+            )
+        return await asyncio.to_thread(export, samples, fmt, out_path)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters import AgentAdapter, BenchmarkAdapter
 from sclated.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from sclated.runs._sandboxed import SandboxServices
 
 __all__ = ["AgentEntry", "Registry", "default_registry"]
 
@@ -57,12 +60,30 @@ class Registry:
             ) from None
 
 
-def default_registry() -> Registry:
+def default_registry(services: SandboxServices | None = None) -> Registry:
+    """The built-in benchmarks and agents. Sandboxed agents need ``services`` (a daemon)."""
+    from adapters.longmemeval import LongMemEvalBenchmark
+    from adapters.metaclaw import MetaClawBenchmark
+    from adapters.reference_harness.image import register_image
     from adapters.scripted import ScriptedAgent
     from adapters.synthetic import SyntheticBenchmark
+    from sclated.runs._sandboxed import SandboxedHarness
 
+    register_image()
     reg = Registry()
     reg.add_benchmark(SyntheticBenchmark())
+    reg.add_benchmark(MetaClawBenchmark())
+    reg.add_benchmark(LongMemEvalBenchmark())
+    reg.add_agent(
+        AgentEntry(
+            name="reference",
+            description="the project's reference harness (file and shell tools, MEMORY.md + dated notes, "
+            "nightly consolidation cron) in its own sandbox, model calls captured",
+            sandboxed=True,
+            factory=lambda options: SandboxedHarness(options, services),
+            memory_systems=("native",),
+        )
+    )
     reg.add_agent(
         AgentEntry(
             name="scripted",

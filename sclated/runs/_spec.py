@@ -147,9 +147,7 @@ class RunSpec:
         a = d.get("agent") or {}
         c = d.get("clock") or {}
         if not isinstance(b, Mapping) or not isinstance(a, Mapping) or not isinstance(c, Mapping):
-            raise InvalidArgument(
-                "run.benchmark, run.agent and run.clock must be objects", field="run"
-            )
+            raise InvalidArgument("run.benchmark, run.agent and run.clock must be objects", field="run")
         name = _text(b.get("name", ""), "run.benchmark.name", limit=128)
         if not name:
             raise InvalidArgument("run.benchmark.name is required", field="run.benchmark.name")
@@ -158,9 +156,7 @@ class RunSpec:
             raise InvalidArgument("run.agent.harness is required", field="run.agent.harness")
         subset = b.get("subset") or []
         if not isinstance(subset, list | tuple) or not all(isinstance(s, str) for s in subset):
-            raise InvalidArgument(
-                "run.benchmark.subset must be a list of strings", field="run.benchmark.subset"
-            )
+            raise InvalidArgument("run.benchmark.subset must be a list of strings", field="run.benchmark.subset")
         if len(subset) > MAX_SUBSET:
             raise InvalidArgument(
                 f"run.benchmark.subset has more than {MAX_SUBSET} entries",
@@ -195,25 +191,17 @@ class RunSpec:
             ) from None
         start_ns = c.get("start_ns")
         if start_ns is not None and (not isinstance(start_ns, int) or start_ns < 0):
-            raise InvalidArgument(
-                "run.clock.start_time must not be before 1970", field="run.clock.start_time"
-            )
+            raise InvalidArgument("run.clock.start_time must not be before 1970", field="run.clock.start_time")
         rate = c.get("rate") or 1.0
         if not isinstance(rate, int | float) or not 0 < rate <= 1e6:
-            raise InvalidArgument(
-                f"run.clock.rate must be in (0, 1e6], got {rate!r}", field="run.clock.rate"
-            )
+            raise InvalidArgument(f"run.clock.rate must be in (0, 1e6], got {rate!r}", field="run.clock.rate")
         if mode is not ClockMode.REALTIME and rate != 1.0:
-            raise InvalidArgument(
-                "run.clock.rate applies to REALTIME clocks only", field="run.clock.rate"
-            )
+            raise InvalidArgument("run.clock.rate applies to REALTIME clocks only", field="run.clock.rate")
         labels = d.get("labels") or {}
         if not isinstance(labels, Mapping):
             raise InvalidArgument("run.labels must be a map", field="run.labels")
         if len(labels) > MAX_LABELS:
-            raise InvalidArgument(
-                f"run.labels has more than {MAX_LABELS} entries", field="run.labels"
-            )
+            raise InvalidArgument(f"run.labels has more than {MAX_LABELS} entries", field="run.labels")
         for k, v in labels.items():
             if not isinstance(k, str) or not _LABEL_KEY.match(k):
                 raise InvalidArgument(

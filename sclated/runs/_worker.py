@@ -26,6 +26,7 @@ from sclated.errors import FailedPrecondition, InvalidArgument, SclateError
 from sclated.runs._journal_json import entry_from_json, entry_to_json
 from sclated.runs._loop import RunLoop, RunSummary
 from sclated.runs._registry import Registry
+from sclated.runs._sandboxed import RunEnvironment
 from sclated.runs._spec import RunSpec
 from sclated.scheduler import (
     AgentControl,
@@ -119,8 +120,12 @@ class RunWorker:
         *,
         journal: list[dict[str, Any]] | None = None,
         judge: Any = None,
+        run_dir: Path | None = None,
     ) -> None:
         self.name = name
+        self.run_dir = run_dir
+        self.keep_sandbox = False
+        """Set before cancelling for a daemon shutdown: the sandbox stays for the resumed run."""
         self.spec = spec
         self.sink = sink
         self.judge = judge
@@ -131,6 +136,7 @@ class RunWorker:
         self.verdicts: dict[str, Verdict] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._turn_lock = asyncio.Lock()
+        self._turn_lease: Lease | None = None
         self._failure: BaseException | None = None
         self._delays_ms: list[float] = []
         self._fire_wall: dict[str, int] = {}
@@ -138,11 +144,7 @@ class RunWorker:
 
     # -- building -------------------------------------------------------------
     def _make_scheduler(self) -> Scheduler:
-        start = (
-            self.spec.clock.start_ns
-            if self.spec.clock.start_ns is not None
-            else self.scenario.start_ns
-        )
+        start = self.spec.clock.start_ns if self.spec.clock.start_ns is not None else self.scenario.start_ns
         sources = [*self.scenario.sources(), *self.agent.routines()]
         return Scheduler(start_ns=start, sources=sources)
 
@@ -247,20 +249,23 @@ class RunWorker:
         if isinstance(effect, StopRun):
             return None
         if isinstance(effect, SaveSnapshot):
-            raise FailedPrecondition(
-                "snapshots of in-daemon agents are taken through the API", reason="UNSUPPORTED"
-            )
-        raise FailedPrecondition(
-            f"no executor for effect {effect.kind!r} (event {fire.event_id!r})"
-        )
+            raise FailedPrecondition("snapshots of in-daemon agents are taken through the API", reason="UNSUPPORTED")
+        raise FailedPrecondition(f"no executor for effect {effect.kind!r} (event {fire.event_id!r})")
 
     async def _turn(self, fire: FireRecord, effect: DeliverPrompt | Notify, lease: Lease) -> None:
         assert self.loop is not None
         loop = self.loop
         try:
             async with self._turn_lock:
+                # The sandbox's `wait` may swap this lease while the turn sleeps.
+                self._turn_lease = lease
                 prompt = effect if isinstance(effect, DeliverPrompt) else DeliverPrompt(effect.text)
-                result = await self.agent.deliver(prompt)
+                try:
+                    result = await self.agent.deliver(prompt)
+                finally:
+                    if self._turn_lease is not None and self._turn_lease is not lease:
+                        loop.leases.release(self._turn_lease)
+                    self._turn_lease = None
             lateness_ns = fire.fired_ns - fire.due_ns if loop.clock.flows else 0
             fired_wall = self._fire_wall.get(fire.event_id, result.received_wall_ns)
             delay_ms = (lateness_ns + max(0, result.received_wall_ns - fired_wall)) / 1e6
@@ -312,6 +317,10 @@ class RunWorker:
 
     async def _control(self, fire: FireRecord, effect: AgentControl) -> None:
         if effect.action == "start":
+            seed = fire.data.get("workspace_seed")
+            seeder = getattr(self.agent, "seed_workspace", None)
+            if seed and seeder is not None:
+                await seeder(Path(str(seed)), str(fire.data.get("workspace_dest", "/workspace")))
             await self.agent.start_session(fire.event_id)
         elif effect.action == "stop":
             await self.agent.stop_session()
@@ -320,14 +329,16 @@ class RunWorker:
             if consolidate is not None:
                 await consolidate()
         else:
-            raise FailedPrecondition(
-                f"agent control {effect.action!r} is not supported by {self.agent.name!r}"
-            )
+            raise FailedPrecondition(f"agent control {effect.action!r} is not supported by {self.agent.name!r}")
 
     async def _exec(self, effect: ExecInSandbox, lease: Lease) -> None:
         assert self.loop is not None
         try:
-            await _GradeContext(self).exec_in_workspace(effect.command, timeout_s=effect.timeout_s)
+            run_job = getattr(self.agent, "run_job", None)
+            if run_job is not None:
+                await run_job(effect.command, holder=effect.holder, timeout_s=effect.timeout_s)
+            else:
+                await _GradeContext(self).exec_in_workspace(effect.command, timeout_s=effect.timeout_s)
         finally:
             self.loop.leases.release(lease)
 
@@ -338,35 +349,60 @@ class RunWorker:
         ended = {
             str(e.payload.get("data", {}).get("event_id"))
             for e in sched.journal
-            if isinstance(e, InputRecord)
-            and e.kind == "action"
-            and e.payload.get("kind") == "turn_end"
+            if isinstance(e, InputRecord) and e.kind == "action" and e.payload.get("kind") == "turn_end"
         }
         graded = set(sched.snapshot().grades)
         session_open = False
         for fire in sched.fires:
             for effect in fire.effects:
                 if isinstance(effect, AgentControl) and effect.target == "agent":
-                    session_open = effect.action == "start" or (
-                        session_open and effect.action != "stop"
-                    )
+                    session_open = effect.action == "start" or (session_open and effect.action != "stop")
         if session_open:
             self._spawn(self.agent.start_session("resumed"))
         for fire in sched.fires:
             for effect in fire.effects:
                 if isinstance(effect, DeliverPrompt | Notify) and fire.event_id not in ended:
-                    self._spawn(
-                        self._turn(fire, effect, self._lease(f"turn:{fire.event_id}", fire))
-                    )
+                    self._spawn(self._turn(fire, effect, self._lease(f"turn:{fire.event_id}", fire)))
                 elif isinstance(effect, Grade) and effect.check_id not in graded:
                     self._spawn(self._grade(effect, self._lease(f"grade:{effect.check_id}", fire)))
 
+    def environment(self, loop: RunLoop) -> RunEnvironment:
+        if self.run_dir is None:
+            raise FailedPrecondition(f"agent {self.agent.name!r} needs a run directory (a daemon state dir)")
+        tenant, _, run_id = self.name.partition("/")
+
+        def set_turn_lease(lease: Lease | None) -> None:
+            self._turn_lease = lease
+
+        m = self.spec.agent.model
+        return RunEnvironment(
+            run_key=self.name,
+            tenant=tenant,
+            run_id=run_id,
+            run_dir=self.run_dir,
+            sim_now=loop.clock.now,
+            leases=loop.leases,
+            sleep_until=loop.sleep_until,
+            turn_lease=lambda: self._turn_lease,
+            set_turn_lease=set_turn_lease,
+            add_time_publisher=loop.clock.add_publisher,
+            model_base_url=m.base_url,
+            model_api=m.api,
+            model_name=m.model,
+            resources=self.spec.agent.resources,
+            workspace_seed=self.scenario.workspace_seed(),
+            resume=bool(self._journal_in),
+        )
+
     async def run(self) -> RunOutcome:
         loop = self._build()
-        if self._journal_in:
-            self._redispatch_unfinished(loop)
+        prepare = getattr(self.agent, "prepare", None)
         summary: RunSummary | None = None
         try:
+            if prepare is not None:
+                await prepare(self.environment(loop))
+            if self._journal_in:
+                self._redispatch_unfinished(loop)
             summary = await loop.run()
         finally:
             for task in list(self._tasks):
@@ -374,8 +410,10 @@ class RunWorker:
             for task in list(self._tasks):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            with contextlib.suppress(Exception):
-                await self.agent.stop_session()
+            if not self.keep_sandbox:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.agent.stop_session(), 30)
+            await self._release_agent()
         assert summary is not None
         results = self.results(summary)
         if self._failure is not None:
@@ -385,6 +423,17 @@ class RunWorker:
         if summary.reason.startswith("failed"):
             return RunOutcome("FAILED", summary.reason, results)
         return RunOutcome("SUCCEEDED", summary.reason, results)
+
+    async def _release_agent(self) -> None:
+        # Shielded: this runs while the run is being cancelled, and a sandbox
+        # must never be left behind half-closed.
+        if self.keep_sandbox:
+            closer = getattr(self.agent, "detach", None)
+        else:
+            closer = getattr(self.agent, "close", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(closer())
 
     def results(self, summary: RunSummary | None) -> dict[str, Any]:
         rounds: list[dict[str, Any]] = []

@@ -8,6 +8,7 @@ from sclated.runtime._bridge import BridgeStats, ModelBridge
 from sclated.runtime._cron import CronEntry, CronExpr, CronFire, CronSource, CronTable, next_fire
 from sclated.runtime._docker import DockerRuntime, hardened_host_config
 from sclated.runtime._doctor import Check, run_doctor
+from sclated.runtime._exec_stream import ExecStream
 from sclated.runtime._images import (
     BuiltImage,
     Debootstrap,
@@ -60,6 +61,7 @@ __all__ = [
     "Debootstrap",
     "DockerRuntime",
     "ExecResult",
+    "ExecStream",
     "HostFile",
     "ImageRecipe",
     "Limits",

@@ -18,6 +18,7 @@ from aiodocker.exceptions import DockerError
 
 from sclated.errors import FailedPrecondition, InvalidArgument, NotFound
 from sclated.runtime._engine import connect, docker_error, file_chunks, is_not_found, raw_query
+from sclated.runtime._exec_stream import ExecStream, open_exec_stream
 from sclated.runtime._runtime import Runtime
 from sclated.runtime._spec import (
     LABEL_DAEMON,
@@ -55,8 +56,7 @@ def volume_name(daemon_id: str, spec: SandboxSpec, name: str) -> str:
 def hardened_host_config(spec: SandboxSpec, network: str) -> dict[str, Any]:
     """HostConfig every sandbox gets: no privileges, capabilities or engine access."""
     mounts: list[dict[str, Any]] = [
-        {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
-        for m in spec.mounts
+        {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only} for m in spec.mounts
     ]
     return {
         "Privileged": False,
@@ -91,9 +91,7 @@ def _info(data: Mapping[str, Any]) -> ContainerInfo:
         names = data.get("Names") or [""]
         name = str(names[0]).lstrip("/")
         image = data.get("Image", "")
-    return ContainerInfo(
-        id=str(data["Id"]), name=name, image=str(image), state=str(state), labels=dict(labels)
-    )
+    return ContainerInfo(id=str(data["Id"]), name=name, image=str(image), state=str(state), labels=dict(labels))
 
 
 class DockerRuntime(Runtime):
@@ -187,9 +185,7 @@ class DockerRuntime(Runtime):
             for vol in created:
                 await self._delete(f"volumes/{vol}")
             raise
-        return ContainerInfo(
-            id=container.id, name=name, image=spec.image, state="created", labels=labels
-        )
+        return ContainerInfo(id=container.id, name=name, image=spec.image, state="created", labels=labels)
 
     async def _ensure_network(self, spec: SandboxSpec, labels: Mapping[str, str]) -> str:
         name = network_name(self.daemon_id, spec)
@@ -219,9 +215,7 @@ class DockerRuntime(Runtime):
             if not is_not_found(exc):
                 raise docker_error(exc, f"looking up volume {name}") from exc
         try:
-            await self.docker._query_json(
-                "volumes/create", "POST", data={"Name": name, "Labels": dict(labels)}
-            )
+            await self.docker._query_json("volumes/create", "POST", data={"Name": name, "Labels": dict(labels)})
         except DockerError as exc:
             raise docker_error(exc, f"creating volume {name}") from exc
         return True
@@ -245,9 +239,7 @@ class DockerRuntime(Runtime):
             await self._container(container_id).pause()
         except DockerError as exc:
             if exc.status == 409:
-                raise FailedPrecondition(
-                    f"cannot pause container {container_id[:12]}: {exc.message}"
-                ) from exc
+                raise FailedPrecondition(f"cannot pause container {container_id[:12]}: {exc.message}") from exc
             raise docker_error(exc, f"pausing container {container_id[:12]}") from exc
 
     async def unpause(self, container_id: str) -> None:
@@ -255,9 +247,7 @@ class DockerRuntime(Runtime):
             await self._container(container_id).unpause()
         except DockerError as exc:
             if exc.status == 409:
-                raise FailedPrecondition(
-                    f"cannot unpause container {container_id[:12]}: {exc.message}"
-                ) from exc
+                raise FailedPrecondition(f"cannot unpause container {container_id[:12]}: {exc.message}") from exc
             raise docker_error(exc, f"unpausing container {container_id[:12]}") from exc
 
     async def remove(self, container_id: str) -> None:
@@ -284,6 +274,21 @@ class DockerRuntime(Runtime):
             raise docker_error(exc, f"container {container_id[:12]}") from exc
 
     # -------------------------------------------------------------------- exec
+
+    async def exec_stream(
+        self,
+        container_id: str,
+        cmd: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+    ) -> ExecStream:
+        """Start a process with stdin/stdout attached, for line-by-line conversation."""
+        try:
+            return await open_exec_stream(self.docker, container_id, cmd, env=env, workdir=workdir, user=user)
+        except DockerError as exc:
+            raise docker_error(exc, f"container {container_id[:12]}") from exc
 
     async def exec(
         self,
@@ -318,8 +323,7 @@ class DockerRuntime(Runtime):
         except DockerError as exc:
             if exc.status == 409:
                 raise FailedPrecondition(
-                    f"exec in container {container_id[:12]}: {exc.message} "
-                    "(start or unpause the sandbox first)"
+                    f"exec in container {container_id[:12]}: {exc.message} (start or unpause the sandbox first)"
                 ) from exc
             raise docker_error(exc, f"exec in container {container_id[:12]}") from exc
         out: list[bytes] = []
@@ -341,9 +345,7 @@ class DockerRuntime(Runtime):
             raise docker_error(exc, f"exec in container {container_id[:12]}") from exc
         code = details.get("ExitCode")
         seconds = time.monotonic() - start
-        timed_out = backstop_hit or (
-            timeout_s is not None and code in _TIMEOUT_CODES and seconds >= timeout_s
-        )
+        timed_out = backstop_hit or (timeout_s is not None and code in _TIMEOUT_CODES and seconds >= timeout_s)
         return ExecResult(
             exit_code=-1 if code is None else int(code),
             stdout=b"".join(out),
@@ -411,12 +413,7 @@ class DockerRuntime(Runtime):
         except DockerError as exc:
             raise docker_error(exc, f"listing images {pattern}") from exc
         prefix = pattern.split("*", 1)[0]
-        return sorted(
-            tag
-            for image in images or []
-            for tag in image.get("RepoTags") or []
-            if tag.startswith(prefix)
-        )
+        return sorted(tag for image in images or [] for tag in image.get("RepoTags") or [] if tag.startswith(prefix))
 
     async def remove_image(self, ref: str) -> None:
         try:
@@ -465,9 +462,7 @@ class DockerRuntime(Runtime):
     async def list_containers(self, labels: Mapping[str, str]) -> list[ContainerInfo]:
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
         try:
-            raw = await self.docker._query_json(
-                "containers/json", params={"all": "1", "filters": json.dumps(filters)}
-            )
+            raw = await self.docker._query_json("containers/json", params={"all": "1", "filters": json.dumps(filters)})
         except DockerError as exc:
             raise docker_error(exc, "listing containers") from exc
         return [_info(item) for item in raw]

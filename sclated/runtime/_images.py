@@ -138,6 +138,13 @@ def libfaketime_path() -> Path:
     return found[0]
 
 
+def _capture_addon_path() -> Path:
+    """The mitmproxy capture addon (proxy_addons/capture.py), run by mitmdump in every sandbox."""
+    import proxy_addons
+
+    return Path(proxy_addons.__file__).resolve().parent / "capture.py"
+
+
 _BUILTIN: tuple[ImageRecipe, ...] = (
     ImageRecipe(name="sclate-base", folder="base", debootstrap=Debootstrap()),
     ImageRecipe(
@@ -146,7 +153,10 @@ _BUILTIN: tuple[ImageRecipe, ...] = (
         parent="sclate-base",
         wheel_requirements="requirements.txt",
         host_built_wheels=("pyperclip==1.9.0",),  # a mitmproxy 11.0.2 dependency
-        host_files=(HostFile("faketime/libfaketime.so.1", libfaketime_path),),
+        host_files=(
+            HostFile("faketime/libfaketime.so.1", libfaketime_path),
+            HostFile("capture.py", _capture_addon_path),
+        ),
     ),
 )
 _REGISTRY: dict[str, ImageRecipe] = {r.name: r for r in _BUILTIN}

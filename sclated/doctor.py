@@ -1,0 +1,208 @@
+"""`sclate doctor`: is this host ready to run sandboxed agents?
+
+Checks the container engine, the images, simulated time inside a sandbox (the
+runtime's checks), then the model endpoint (a real chat call returning token
+ids) and the capture proxy (mitmdump with the capture addon in front of that
+endpoint, the record arriving on a control socket). Prints a table, or JSON
+with ``--json``; exits non-zero on any failure, each saying what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from sclated.runs._control import ControlServer
+from sclated.runs._model_service import EmbeddedModel
+from sclated.runtime import Check, run_doctor
+
+__all__ = ["check_model", "check_proxy", "run_doctor_cli"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def _chat(url: str, *, api_key: str = "") -> dict[str, Any]:
+    body = {
+        "model": "default",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 4,
+        "temperature": 0,
+        "return_token_ids": True,
+        "logprobs": True,
+    }
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{url}/v1/chat/completions", json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=120)
+        ) as r,
+    ):
+        data: dict[str, Any] = await r.json(content_type=None)
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {str(data)[:200]}")
+        return data
+
+
+async def check_model(url: str) -> Check:
+    try:
+        data = await _chat(url)
+        ids = data["choices"][0].get("token_ids") or []
+        prompt_ids = data.get("prompt_token_ids") or []
+    except Exception as exc:
+        return Check(
+            "model endpoint", False, f"{url}: {exc}", "start it: `sclate model serve --port 8000`, or fix --model-url"
+        )
+    if not ids or not prompt_ids:
+        return Check(
+            "model endpoint",
+            True,
+            f"{url} answered, but without token ids (trajectories need a vLLM/SGLang-style server)",
+        )
+    return Check("model endpoint", True, f"{url}: {len(prompt_ids)} prompt + {len(ids)} completion token ids")
+
+
+async def check_proxy(url: str) -> Check:
+    mitmdump = shutil.which(
+        "mitmdump", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
+    if mitmdump is None:
+        return Check("capture proxy", False, "mitmdump is not installed", "reinstall: `make venv`")
+    import proxy_addons
+
+    addon = Path(proxy_addons.__file__).resolve().parent / "capture.py"
+    secret = secrets.token_hex(8)
+    records: list[Mapping[str, Any]] = []
+
+    async def ok(msg: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
+
+    async def record(msg: Mapping[str, Any]) -> dict[str, Any]:
+        records.append(msg["record"])
+        return {"stored": True}
+
+    with tempfile.TemporaryDirectory(prefix="sclate-doctor-") as tmp:
+        sock = Path(tmp) / "sclate.sock"
+        control = ControlServer(sock, {"call_start": ok, "call_end": ok, "record": record, "hello": ok})
+        await control.start()
+        port = _free_port()
+        env = {
+            **os.environ,
+            "SCLATE_RUN_SECRET": secret,
+            "SCLATE_CONTROL_SOCKET": str(sock),
+            "SCLATE_SPOOL": f"{tmp}/spool",
+        }
+        proc = await asyncio.create_subprocess_exec(
+            mitmdump,
+            "-q",
+            "-s",
+            str(addon),
+            "--mode",
+            f"reverse:{url}@127.0.0.1:{port}",
+            "--set",
+            f"sclate_roles={port}=agent",
+            "--set",
+            f"confdir={tmp}/mitm",
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    _, w = await asyncio.open_connection("127.0.0.1", port)
+                    w.close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or proc.returncode is not None:
+                        return Check(
+                            "capture proxy", False, "mitmdump did not start listening", "see `mitmdump --version`"
+                        )
+                    await asyncio.sleep(0.1)
+            try:
+                await _chat(f"http://127.0.0.1:{port}", api_key=f"sk-sclate-doctor-{secret}")
+            except Exception as exc:
+                return Check(
+                    "capture proxy", False, f"a call through the proxy failed: {exc}", "check the model endpoint"
+                )
+            for _ in range(100):
+                if records:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            proc.terminate()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 10)
+            await control.close()
+    if not records:
+        return Check("capture proxy", False, "the call went through but no record reached the control socket", "")
+    rec = records[0]
+    n = len((rec.get("completions") or [{}])[0].get("token_ids") or [])
+    return Check("capture proxy", True, f"mitmdump + capture addon recorded the call ({n} completion token ids)")
+
+
+async def _all(model_url: str | None, skip_runtime: bool) -> list[Check]:
+    checks: list[Check] = [] if skip_runtime else await run_doctor()
+    embedded: EmbeddedModel | None = None
+    with tempfile.TemporaryDirectory(prefix="sclate-doctor-model-") as tmp:
+        try:
+            if not model_url:
+                embedded = EmbeddedModel(log_path=Path(tmp) / "model.log")
+                try:
+                    model_url = await embedded.url()
+                except Exception as exc:
+                    checks.append(
+                        Check(
+                            "model endpoint", False, f"embedded model did not start: {exc}", "`make venv` installs it"
+                        )
+                    )
+                    return checks
+            checks.append(await check_model(model_url))
+            checks.append(await check_proxy(model_url))
+        finally:
+            if embedded is not None:
+                await embedded.close()
+    return checks
+
+
+def run_doctor_cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="sclate doctor", description=__doc__)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--model-url", help="check this endpoint instead of starting the embedded model")
+    p.add_argument("--skip-runtime", action="store_true", help="only the model and proxy checks")
+    args = p.parse_args(argv)
+    from adapters.reference_harness.image import register_image
+
+    register_image()
+    checks = asyncio.run(_all(args.model_url, args.skip_runtime))
+    failed = [c for c in checks if not c.ok]
+    if args.json:
+        print(json.dumps({"ok": not failed, "checks": [c.__dict__ for c in checks]}))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table("check", "", "detail", "what to do")
+        for c in checks:
+            t.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", c.detail, c.fix if not c.ok else "")
+        Console().print(t)
+    return 1 if failed else 0
