@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from typing import BinaryIO
 
 import grpc
 from google.protobuf import empty_pb2
@@ -11,10 +16,44 @@ from sclate.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.api._auth import current_tenant
 from sclated.api._convert import event_to_proto, run_spec_from_proto, run_to_proto
+from sclated.capture import Sample
 from sclated.errors import InvalidArgument
 from sclated.runs import RunManager
 
-__all__ = ["SclateServicer"]
+__all__ = ["EXPORT_CHUNK_BYTES", "SclateServicer"]
+
+EXPORT_CHUNK_BYTES = 1024 * 1024
+
+
+def _trajectory(s: Sample, run: str) -> pb.Trajectory:
+    t = pb.Trajectory(
+        trajectory_id=s.sample_id,
+        run=run,
+        role=s.role,
+        thread=s.thread,
+        prompt_token_ids=s.prompt_token_ids,
+        response_ids=s.response_ids,
+        loss_mask=s.loss_mask,
+        branch_reason=s.branch_reason,
+        call_ids=s.call_ids,
+        stop_reason=s.finish_reason or "",
+    )
+    # All or nothing, as in the file exports: a partial list would misalign
+    # importance ratios against response_ids.
+    if s.has_logprobs:
+        t.rollout_logprobs.extend(lp for lp in s.logprobs if lp is not None)
+    if s.reward is not None:
+        t.reward = s.reward
+    return t
+
+
+def _trajectories(samples: Sequence[Sample], run: str) -> list[pb.Trajectory]:
+    return [_trajectory(s, run) for s in samples]
+
+
+def _open_sized(path: str) -> tuple[BinaryIO, int]:
+    f = open(path, "rb")  # noqa: SIM115  # closed by the streaming handler
+    return f, os.fstat(f.fileno()).st_size
 
 
 class SclateServicer(pb_grpc.SclateServicer):
@@ -97,3 +136,43 @@ class SclateServicer(pb_grpc.SclateServicer):
                 memory_systems=list(entry.memory_systems),
             )
         return out
+
+    async def StreamTrajectories(
+        self, request: pb.StreamTrajectoriesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.Trajectory]:
+        samples = await self._runs.trajectories(
+            current_tenant.get(), request.run, list(request.trainable_roles)
+        )
+        # Copying token lists into messages is proportional to the run's tokens.
+        for msg in await asyncio.to_thread(_trajectories, samples, request.run):
+            yield msg
+
+    async def ExportTrajectories(
+        self, request: pb.ExportTrajectoriesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ExportChunk]:
+        tmp_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="sclated-export-")
+        try:
+            path = os.path.join(tmp_dir, "export.jsonl")
+            rows = await self._runs.export(
+                current_tenant.get(),
+                request.run,
+                request.format,
+                list(request.trainable_roles),
+                path,
+            )
+            f = await asyncio.to_thread(_open_sized, path)
+        finally:
+            # Once open the file needs no name: a client that walks away
+            # mid-stream, or a daemon killed mid-stream, leaves nothing on disk.
+            await asyncio.to_thread(shutil.rmtree, tmp_dir, ignore_errors=True)
+        file, size = f
+        try:
+            sent = 0
+            while sent < size:
+                data = await asyncio.to_thread(file.read, EXPORT_CHUNK_BYTES)
+                if not data:
+                    raise RuntimeError(f"export file ended at {sent} of {size} bytes")
+                sent += len(data)
+                yield pb.ExportChunk(data=data, rows=rows if sent >= size else 0)
+        finally:
+            file.close()

@@ -333,6 +333,63 @@ def cmd_runs_watch(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
+def write_atomic(out: Path, chunks: Iterator[bytes]) -> None:
+    """Write ``chunks`` to ``out`` via a temp file and a rename: a failed or
+    interrupted download leaves neither a partial file nor the temp file."""
+    import tempfile
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for data in chunks:
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cmd_runs_export(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    req = pb.ExportTrajectoriesRequest(
+        run=_run_name(args.name), format=args.format, trainable_roles=args.role or []
+    )
+    rows = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal rows
+        for chunk in client.stream("ExportTrajectories", req):
+            rows = chunk.rows or rows
+            yield chunk.data
+
+    write_atomic(args.out, chunks())
+    print(f"wrote {rows} {args.format} rows to {args.out}")
+    return 0
+
+
+def cmd_runs_trajectories(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    req = pb.StreamTrajectoriesRequest(run=_run_name(args.name), trainable_roles=args.role or [])
+    for t in client.stream("StreamTrajectories", req):
+        if args.output == "json":
+            print(json.dumps(_to_dict(t)), flush=True)
+            continue
+        reward = f"{t.reward:.3f}" if t.HasField("reward") else "-"
+        print(
+            f"{t.trajectory_id}  {t.role}  {t.branch_reason}  calls {len(t.call_ids)}  "
+            f"prompt {len(t.prompt_token_ids)}  response {len(t.response_ids)}  "
+            f"trained {sum(t.loss_mask)}  logprobs {'yes' if t.rollout_logprobs else 'no'}  "
+            f"reward {reward}",
+            flush=True,
+        )
+    return 0
+
+
 def _simple(method: str, request_cls: str) -> Callable[[argparse.Namespace, Client], int]:
     def run(args: argparse.Namespace, client: Client) -> int:
         from sclate.v1 import sclate_pb2 as pb
@@ -473,6 +530,18 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--after-seq", type=int, default=0)
     _add_output(w)
     w.set_defaults(func=cmd_runs_watch)
+    ex = runs.add_parser("export", help="export a run's trajectories for a trainer (JSON Lines)")
+    ex.add_argument("name")
+    ex.add_argument("--format", required=True, choices=("skyrl", "verl", "atif"))
+    ex.add_argument("--out", required=True, type=Path, help="file to write (atomically)")
+    tr = runs.add_parser("trajectories", help="one summary line per trajectory of a run")
+    tr.add_argument("name")
+    _add_output(tr)
+    for sp, fn in ((ex, cmd_runs_export), (tr, cmd_runs_trajectories)):
+        sp.add_argument(
+            "--role", action="append", help="a trainable role (repeatable; default: agent)"
+        )
+        sp.set_defaults(func=fn)
 
     b = sub.add_parser("benchmarks", help="benchmarks the daemon offers").add_subparsers(
         dest="b_cmd", required=True

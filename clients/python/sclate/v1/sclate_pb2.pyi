@@ -469,7 +469,7 @@ class StreamTrajectoriesRequest(_message.Message):
     def __init__(self, run: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Trajectory(_message.Message):
-    __slots__ = ("trajectory_id", "run", "role", "prompt_token_ids", "response_ids", "loss_mask", "rollout_logprobs", "reward", "branch_reason")
+    __slots__ = ("trajectory_id", "run", "role", "prompt_token_ids", "response_ids", "loss_mask", "rollout_logprobs", "reward", "branch_reason", "thread", "call_ids", "stop_reason")
     TRAJECTORY_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -479,6 +479,9 @@ class Trajectory(_message.Message):
     ROLLOUT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     BRANCH_REASON_FIELD_NUMBER: _ClassVar[int]
+    THREAD_FIELD_NUMBER: _ClassVar[int]
+    CALL_IDS_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     trajectory_id: str
     run: str
     role: str
@@ -488,4 +491,25 @@ class Trajectory(_message.Message):
     rollout_logprobs: _containers.RepeatedScalarFieldContainer[float]
     reward: float
     branch_reason: str
-    def __init__(self, trajectory_id: _Optional[str] = ..., run: _Optional[str] = ..., role: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., response_ids: _Optional[_Iterable[int]] = ..., loss_mask: _Optional[_Iterable[int]] = ..., rollout_logprobs: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., branch_reason: _Optional[str] = ...) -> None: ...
+    thread: str
+    call_ids: _containers.RepeatedScalarFieldContainer[str]
+    stop_reason: str
+    def __init__(self, trajectory_id: _Optional[str] = ..., run: _Optional[str] = ..., role: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., response_ids: _Optional[_Iterable[int]] = ..., loss_mask: _Optional[_Iterable[int]] = ..., rollout_logprobs: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., branch_reason: _Optional[str] = ..., thread: _Optional[str] = ..., call_ids: _Optional[_Iterable[str]] = ..., stop_reason: _Optional[str] = ...) -> None: ...
+
+class ExportTrajectoriesRequest(_message.Message):
+    __slots__ = ("run", "format", "trainable_roles")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TRAINABLE_ROLES_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    format: str
+    trainable_roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run: _Optional[str] = ..., format: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ExportChunk(_message.Message):
+    __slots__ = ("data", "rows")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    rows: int
+    def __init__(self, data: _Optional[bytes] = ..., rows: _Optional[int] = ...) -> None: ...

@@ -100,6 +100,11 @@ class SclateStub:
                 request_serializer=sclate_dot_v1_dot_sclate__pb2.StreamTrajectoriesRequest.SerializeToString,
                 response_deserializer=sclate_dot_v1_dot_sclate__pb2.Trajectory.FromString,
                 _registered_method=True)
+        self.ExportTrajectories = channel.unary_stream(
+                '/sclate.v1.Sclate/ExportTrajectories',
+                request_serializer=sclate_dot_v1_dot_sclate__pb2.ExportTrajectoriesRequest.SerializeToString,
+                response_deserializer=sclate_dot_v1_dot_sclate__pb2.ExportChunk.FromString,
+                _registered_method=True)
 
 
 class SclateServicer:
@@ -187,7 +192,20 @@ class SclateServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamTrajectories(self, request, context):
-        """Streams the run's token-level trajectories for trainers.
+        """Streams the run's token-level trajectories for trainers: one message per
+        root-to-leaf branch of each (role, thread) graph, tokens exactly as the
+        model server returned them. A run still RUNNING yields what is captured
+        so far; a run with nothing captured yields an empty stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportTrajectories(self, request, context):
+        """Exports the run's trajectories in a trainer format (JSON Lines, one row
+        per trajectory, each row checked against its format before any byte is
+        sent) and streams the file in chunks. Needs a graded verdict for the
+        rewards: FAILED_PRECONDITION (reason NO_REWARDS) until there is one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -260,6 +278,11 @@ def add_SclateServicer_to_server(servicer, server):
                     servicer.StreamTrajectories,
                     request_deserializer=sclate_dot_v1_dot_sclate__pb2.StreamTrajectoriesRequest.FromString,
                     response_serializer=sclate_dot_v1_dot_sclate__pb2.Trajectory.SerializeToString,
+            ),
+            'ExportTrajectories': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportTrajectories,
+                    request_deserializer=sclate_dot_v1_dot_sclate__pb2.ExportTrajectoriesRequest.FromString,
+                    response_serializer=sclate_dot_v1_dot_sclate__pb2.ExportChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -613,6 +636,33 @@ class Sclate:
             '/sclate.v1.Sclate/StreamTrajectories',
             sclate_dot_v1_dot_sclate__pb2.StreamTrajectoriesRequest.SerializeToString,
             sclate_dot_v1_dot_sclate__pb2.Trajectory.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportTrajectories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sclate.v1.Sclate/ExportTrajectories',
+            sclate_dot_v1_dot_sclate__pb2.ExportTrajectoriesRequest.SerializeToString,
+            sclate_dot_v1_dot_sclate__pb2.ExportChunk.FromString,
             options,
             channel_credentials,
             insecure,
