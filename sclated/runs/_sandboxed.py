@@ -123,7 +123,7 @@ class SandboxedHarness:
     image = "sclate-reference-agent"
 
     def __init__(self, options: Mapping[str, Any], services: SandboxServices | None) -> None:
-        unknown = set(options) - {"turn_timeout_s", "max_steps", "probe"}
+        unknown = set(options) - {"turn_timeout_s", "max_steps", "max_tokens", "probe"}
         if unknown:
             raise InvalidArgument(
                 f"unknown option(s) for the reference harness: {', '.join(sorted(unknown))}",
@@ -135,6 +135,10 @@ class SandboxedHarness:
         max_steps = options.get("max_steps", 6)
         if not isinstance(max_steps, int | float) or not 1 <= max_steps <= 50:
             raise InvalidArgument("max_steps must be in [1, 50]", field="run.agent.options.max_steps")
+        max_tokens = options.get("max_tokens", 256)
+        if not isinstance(max_tokens, int | float) or not 1 <= max_tokens <= 32_768:
+            raise InvalidArgument("max_tokens must be in [1, 32768]", field="run.agent.options.max_tokens")
+        self._max_tokens = int(max_tokens)
         self._turn_timeout = float(turn_timeout)
         self._max_steps = int(max_steps)
         self._probe = bool(options.get("probe", True))
@@ -217,6 +221,7 @@ class SandboxedHarness:
             "ANTHROPIC_API_KEY": api_key,
             "AGENT_MODEL": env.model_name or "default",
             "AGENT_MAX_STEPS": str(self._max_steps),
+            "AGENT_MAX_TOKENS": str(self._max_tokens),
             "SCLATE_RUN_SECRET": self._secret,
             "SCLATE_SPOOL": "/var/spool/sclate",
         }

@@ -460,8 +460,12 @@ class RunWorker:
         if summary is not None and self.loop is not None:
             sched = self.loop.scheduler
             delays = self._delays_ms
+            # A routine's next occurrence after the run ended (tomorrow's cron) was
+            # never due: it is reported, not counted as scheduled-and-missed.
+            beyond = sorted(p.spec.id for p in sched.pending() if p.due_ns is not None and p.due_ns > summary.end_ns)
             out["scheduler"] = {
-                "events_scheduled": summary.scheduled,
+                "events_scheduled": summary.scheduled - len(beyond),
+                "events_beyond_end": beyond[:100],
                 "events_fired": summary.fires,
                 "in_order": summary.in_order,
                 "delivery_delay_ms_p50": statistics.median(delays) if delays else 0.0,
@@ -471,7 +475,7 @@ class RunWorker:
                 "compression_ratio": summary.compression_ratio,
                 "compression_limit": summary.compression_limit if summary.busy_ns else 0.0,
                 "jumps": summary.jumps,
-                "unfired": summary.unfired[:100],
+                "unfired": [e for e in summary.unfired if e not in set(beyond)][:100],
                 "end_reason": summary.reason,
                 "clock_mode": self.loop.clock.mode.value,
             }

@@ -240,7 +240,7 @@ def _show_run(run: Any, output: str) -> None:
             )
         for c in r.calls:
             t.add_row(
-                f"calls[{c.role}]",
+                f"calls ({c.role})",
                 f"{c.calls} calls, {c.prompt_tokens} prompt + {c.completion_tokens} completion tokens",
             )
         if r.report_path:
