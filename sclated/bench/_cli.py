@@ -29,10 +29,17 @@ def _sandbox(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_sandbox()
 
 
+def _proxy(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._proxy import bench_proxy
+
+    return bench_proxy(quick=args.quick)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
     "sandbox": _sandbox,
+    "proxy": _proxy,
 }
 
 
