@@ -459,7 +459,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from sclated.demo import run_demo_cli
+    if "--scheduler-only" in args.rest:
+        from sclated.demo import run_demo_cli as scheduler_demo
+
+        return scheduler_demo([a for a in args.rest if a != "--scheduler-only"])
+    from sclated.e2e import run_demo_cli
 
     return run_demo_cli(args.rest)
 

@@ -1,0 +1,237 @@
+"""The main job, end to end: a real daemon process, locally built images, the
+embedded model, a MetaClaw scenario with the reference harness in a sandbox,
+simulated days, captured tokens, scores and scheduler measurements.
+
+Used by `sclate demo` (a report for people) and `sclate bench e2e` (one JSON
+object). Both talk to the daemon only through its gRPC API, as any client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from sclate.v1 import sclate_pb2 as pb
+from sclate.v1 import sclate_pb2_grpc as pb_grpc
+
+__all__ = ["E2EConfig", "run_demo_cli", "run_e2e"]
+
+Progress = Callable[[str], None]
+
+
+def _default_out() -> Path:
+    return Path.cwd() / "out" / "demo"
+
+
+async def _ensure_images(progress: Progress) -> None:
+    from adapters.reference_harness.image import register_image
+    from sclated.runtime import build_all
+
+    register_image()
+    progress("images: checking (content-hashed; built only when a recipe changed)")
+    built = await build_all(lambda line: progress(f"  {line}"))
+    for b in built:
+        progress(f"images: {b.ref} {'built' if b.built else 'present'}")
+
+
+async def _start_daemon(state_dir: Path, progress: Progress) -> tuple[asyncio.subprocess.Process, str]:
+    from sclated.bench._daemon import start_daemon_process
+
+    progress(f"daemon: starting sclated (state in {state_dir})")
+    proc, ready = await start_daemon_process(state_dir, "--drain-grace-s", "5")
+    progress(f"daemon: serving on {ready['tcp']} and {ready['unix']}")
+    return proc, str(ready["tcp"])
+
+
+def _fmt_sim(ts: Any) -> str:
+    return str(ts.ToDatetime(tzinfo=dt.UTC).strftime("%a %Y-%m-%d %H:%M"))
+
+
+async def run_e2e(
+    *,
+    out_dir: Path,
+    data_dir: Path | None = None,
+    scenario: str = "tiny",
+    subset: tuple[str, ...] = (),
+    harness_options: dict[str, Any] | None = None,
+    progress: Progress = lambda _: None,
+) -> dict[str, Any]:
+    """Run one MetaClaw scenario through a fresh daemon; return the run as a dict plus artefact paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state_dir = out_dir / "state"
+    await _ensure_images(progress)
+    proc, addr = await _start_daemon(state_dir, progress)
+    t0 = time.monotonic()
+    try:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            stub = pb_grpc.SclateStub(channel)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(
+                    name="metaclaw",
+                    scenario="" if data_dir else scenario,
+                    data_dir=str(data_dir.resolve()) if data_dir else "",
+                    subset=list(subset),
+                ),
+                agent=pb.AgentSpec(harness="reference"),
+                clock=pb.ClockSpec(mode=pb.HYBRID),
+                labels={"origin": "demo"},
+            )
+            if harness_options:
+                run.agent.options.update(harness_options)
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run, request_id=f"e2e-{time.time_ns()}"))
+            progress(f"run: {created.name} created; the embedded model starts with the first sandbox")
+            async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
+                kind = ev.WhichOneof("kind")
+                when = _fmt_sim(ev.sim_time)
+                if kind == "fire" and any(
+                    e in ("deliver_prompt", "agent_control", "exec_in_sandbox") for e in ev.fire.effects
+                ):
+                    progress(f"  [{when}] {ev.fire.event_id} ({', '.join(ev.fire.effects)})")
+                elif kind == "jump":
+                    progress(f"  [{when}] clock jumped from {_fmt_sim(ev.jump.from_time)}")
+                elif kind == "turn":
+                    reply = ev.turn.reply.replace("\n", " ")[:70]
+                    progress(
+                        f"  [{when}] {ev.turn.round_id or 'turn'} answered in turn (delivery {ev.turn.delivery_delay_ms:.1f} ms): {reply!r}"
+                    )
+                elif kind == "verdict":
+                    score = f"{ev.verdict.score:.2f}" if ev.verdict.graded else "ungradable"
+                    progress(f"  [{when}] verdict {ev.verdict.round_id}: {score} ({ev.verdict.reason})")
+                elif kind == "state":
+                    progress(f"run: {pb.State.Name(ev.state.state)} {ev.state.reason}")
+            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
+            exports: dict[str, str] = {}
+            for fmt in ("skyrl", "atif"):
+                path = out_dir / f"trajectories.{fmt}.jsonl"
+                rows = 0
+                data = bytearray()
+                try:
+                    async for chunk in stub.ExportTrajectories(
+                        pb.ExportTrajectoriesRequest(run=created.name, format=fmt)
+                    ):
+                        data += chunk.data
+                        rows = rows or chunk.rows
+                except grpc.aio.AioRpcError as exc:
+                    progress(f"export {fmt}: {exc.details()}")
+                    continue
+                tmp = path.with_suffix(".tmp")
+                await asyncio.to_thread(tmp.write_bytes, bytes(data))
+                await asyncio.to_thread(os.replace, tmp, path)
+                exports[fmt] = str(path)
+                progress(f"export: {rows} {fmt} rows -> {path}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await proc.wait()
+    out: dict[str, Any] = json_format.MessageToDict(final, preserving_proto_field_name=True)
+    out["exports"] = exports
+    out["wall_s_total"] = time.monotonic() - t0
+    return out
+
+
+def _print_report(run: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    r = run.get("results", {})
+    s = r.get("scheduler", {})
+    c.rule(f"[bold]sclate demo: {run['name']} {run['state']}")
+    t = Table("round", "kind", "score", "reason", title="rounds")
+    for x in r.get("round_scores", []):
+        t.add_row(
+            x["round_id"],
+            x.get("kind", ""),
+            f"{x.get('score', 0):.2f}" if x.get("graded") else "ungradable",
+            x.get("reason", ""),
+        )
+    c.print(t)
+    m = Table(show_header=False, title="scheduler")
+    m.add_row("score", f"{r.get('score', 0):.3f} over {r.get('rounds_graded', 0)}/{r.get('rounds', 0)} gradable rounds")
+    m.add_row(
+        "events",
+        f"{s.get('events_fired', 0)} fired of {s.get('events_scheduled', 0)} scheduled, in order: {s.get('in_order')}",
+    )
+    m.add_row(
+        "delivery delay",
+        f"p50 {s.get('delivery_delay_ms_p50', 0):.2f} ms, max {s.get('delivery_delay_ms_max', 0):.2f} ms",
+    )
+    m.add_row(
+        "simulated span",
+        f"{float(s.get('sim_span_s', 0)) / 86400:.2f} days in {float(s.get('wall_s', 0)):.0f} s of wall time",
+    )
+    m.add_row(
+        "compression",
+        f"{s.get('compression_ratio', 0):,.0f}x (limit {s.get('compression_limit', 0):,.0f}x), {s.get('jumps', 0)} jumps",
+    )
+    for call in r.get("calls", []):
+        m.add_row(
+            f"calls ({call['role']})",
+            f"{call.get('calls', 0)} calls, {call.get('prompt_tokens', 0)} prompt + {call.get('completion_tokens', 0)} completion tokens",
+        )
+    if r.get("report_path"):
+        m.add_row("report", r["report_path"])
+    if r.get("plot_path"):
+        m.add_row("timeline plot", r["plot_path"])
+    for fmt, path in run.get("exports", {}).items():
+        m.add_row(f"trajectories ({fmt})", path)
+    c.print(m)
+
+
+def run_demo_cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="sclate demo", description="Run the main job end to end and print its report.")
+    p.add_argument(
+        "--data-dir", type=Path, help="upstream MetaClaw-Bench data (default: the project's own tiny scenario)"
+    )
+    p.add_argument("--subset", action="append", default=[], help="a day to keep, e.g. day01 (repeatable)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="where state, report, plot and trajectories go (default ./out/demo)"
+    )
+    p.add_argument("--json", action="store_true", help="print the final run as JSON")
+    args = p.parse_args(argv)
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        print(f"sclate demo: --data-dir {args.data_dir} is not a directory", file=sys.stderr)
+        return 2
+    out_dir = (args.out or _default_out()).resolve()
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    import uvloop
+
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            run = runner.run(
+                run_e2e(
+                    out_dir=out_dir,
+                    data_dir=args.data_dir,
+                    subset=tuple(args.subset),
+                    harness_options={"max_tokens": 160, "max_steps": 4},
+                    progress=progress,
+                )
+            )
+    except Exception as exc:
+        from sclated.errors import SclateError
+
+        msg = exc.message if isinstance(exc, SclateError) else f"{type(exc).__name__}: {exc}"
+        print(
+            f"sclate demo failed: {msg}\nWhat to do: run `sclate doctor` to check the engine, images, simulated "
+            f"time and the model; the daemon's log is {out_dir / 'state' / 'sclated.log'}.",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        print(json.dumps(run, indent=2))
+    else:
+        _print_report(run)
+    return 0 if run.get("state") == "SUCCEEDED" else 1
