@@ -35,9 +35,7 @@ class _MemorySink:
         pass
 
 
-async def run_inprocess_demo(
-    days: int = 5, events_per_day: int = 4, turn_ms: int = 40
-) -> dict[str, Any]:
+async def run_inprocess_demo(days: int = 5, events_per_day: int = 4, turn_ms: int = 40) -> dict[str, Any]:
     spec = RunSpec.from_dict(
         {
             "benchmark": {
@@ -79,9 +77,7 @@ def _print_report(report: dict[str, Any]) -> None:
     console.print(tl)
     days = Table("day", "score", "reason", title="grading")
     for r in res["round_scores"]:
-        days.add_row(
-            r["round_id"], f"{r['score']:.2f}" if r["graded"] else "ungradable", r["reason"]
-        )
+        days.add_row(r["round_id"], f"{r['score']:.2f}" if r["graded"] else "ungradable", r["reason"])
     console.print(days)
     m = Table(show_header=False, title="scheduler measurements")
     m.add_row("state", f"{report['state']} ({report['reason']})")

@@ -33,15 +33,11 @@ def parse_tokens(text: str, source: str = "tokens file") -> dict[str, str]:
             )
         token, tenant = parts
         if len(token) < 16:
-            raise InvalidArgument(
-                f"{source}, line {n}: token shorter than 16 characters", field="tokens_file"
-            )
+            raise InvalidArgument(f"{source}, line {n}: token shorter than 16 characters", field="tokens_file")
         try:
             validate_tenant(tenant)
         except InvalidArgument as exc:
-            raise InvalidArgument(
-                f"{source}, line {n}: {exc.message}", field="tokens_file"
-            ) from None
+            raise InvalidArgument(f"{source}, line {n}: {exc.message}", field="tokens_file") from None
         if token in out:
             raise InvalidArgument(f"{source}, line {n}: token listed twice", field="tokens_file")
         out[token] = tenant

@@ -48,9 +48,7 @@ def run_spec_from_proto(run: pb.Run) -> RunSpec:
         start_ns = run.clock.start_time.ToNanoseconds()
     mode = _CLOCK_MODES.get(run.clock.mode)
     if mode is None:
-        raise InvalidArgument(
-            f"run.clock.mode {run.clock.mode} is not a ClockMode", field="run.clock.mode"
-        )
+        raise InvalidArgument(f"run.clock.mode {run.clock.mode} is not a ClockMode", field="run.clock.mode")
     b, a = run.benchmark, run.agent
     return RunSpec.from_dict(
         {
@@ -131,16 +129,12 @@ def run_to_proto(view: RunView) -> pb.Run:
     b, a, c = spec.benchmark, spec.agent, spec.clock
     run = pb.Run(
         name=view.name,
-        benchmark=pb.BenchmarkSpec(
-            name=b.name, scenario=b.scenario, data_dir=b.data_dir, subset=list(b.subset)
-        ),
+        benchmark=pb.BenchmarkSpec(name=b.name, scenario=b.scenario, data_dir=b.data_dir, subset=list(b.subset)),
         agent=pb.AgentSpec(
             harness=a.harness,
             memory=a.memory,
             model=pb.ModelEndpoint(base_url=a.model.base_url, api=a.model.api, model=a.model.model),
-            resources=pb.Resources(
-                memory_bytes=a.resources.memory_bytes, cpus=a.resources.cpus, pids=a.resources.pids
-            ),
+            resources=pb.Resources(memory_bytes=a.resources.memory_bytes, cpus=a.resources.cpus, pids=a.resources.pids),
         ),
         clock=pb.ClockSpec(mode=_CLOCK_ENUM[c.mode.value], rate=c.rate),
         labels=dict(spec.labels),
@@ -190,9 +184,7 @@ def event_to_proto(ev: EventRow, run_name: str) -> pb.RunEvent:
         out.jump.to_time.FromNanoseconds(p["to_ns"])
     elif ev.kind == "lease":
         out.lease.CopyFrom(
-            pb.LeaseEvent(
-                change=p["change"], lease=p["lease"], holder=p["holder"], held_count=p["held_count"]
-            )
+            pb.LeaseEvent(change=p["change"], lease=p["lease"], holder=p["holder"], held_count=p["held_count"])
         )
     elif ev.kind == "turn":
         out.turn.CopyFrom(
@@ -214,7 +206,5 @@ def event_to_proto(ev: EventRow, run_name: str) -> pb.RunEvent:
             )
         )
     elif ev.kind == "state":
-        out.state.CopyFrom(
-            pb.StateChangeEvent(state=pb.State.Value(p["state"]), reason=p.get("reason", ""))
-        )
+        out.state.CopyFrom(pb.StateChangeEvent(state=pb.State.Value(p["state"]), reason=p.get("reason", "")))
     return out

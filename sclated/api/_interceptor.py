@@ -101,9 +101,7 @@ class SclateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # gr
         if handler.unary_stream is not None:
             inner_us = handler.unary_stream
 
-            async def unary_stream(
-                request: Any, context: grpc.aio.ServicerContext
-            ) -> AsyncIterator[Any]:
+            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 try:
                     current_tenant.set(self._tenant(context))
                     async for item in inner_us(request, context):

@@ -60,25 +60,19 @@ class SclateServicer(pb_grpc.SclateServicer):
     def __init__(self, manager: RunManager) -> None:
         self._runs = manager
 
-    async def CreateRun(
-        self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext
-    ) -> pb.Run:
+    async def CreateRun(self, request: pb.CreateRunRequest, context: grpc.aio.ServicerContext) -> pb.Run:
         if not request.HasField("run"):
             raise InvalidArgument("run is required", field="run")
         if request.run.name:
             raise InvalidArgument("run.name is output only; set run_id instead", field="run.name")
         spec = run_spec_from_proto(request.run)
-        view = await self._runs.create(
-            current_tenant.get(), spec, run_id=request.run_id, request_id=request.request_id
-        )
+        view = await self._runs.create(current_tenant.get(), spec, run_id=request.run_id, request_id=request.request_id)
         return run_to_proto(view)
 
     async def GetRun(self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext) -> pb.Run:
         return run_to_proto(await self._runs.get(current_tenant.get(), request.name))
 
-    async def ListRuns(
-        self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ListRunsResponse:
+    async def ListRuns(self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext) -> pb.ListRunsResponse:
         views, token = await self._runs.list(
             current_tenant.get(),
             page_size=request.page_size,
@@ -87,20 +81,14 @@ class SclateServicer(pb_grpc.SclateServicer):
         )
         return pb.ListRunsResponse(runs=[run_to_proto(v) for v in views], next_page_token=token)
 
-    async def CancelRun(
-        self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext
-    ) -> pb.Run:
+    async def CancelRun(self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext) -> pb.Run:
         return run_to_proto(await self._runs.cancel(current_tenant.get(), request.name))
 
-    async def DeleteRun(
-        self, request: pb.DeleteRunRequest, context: grpc.aio.ServicerContext
-    ) -> empty_pb2.Empty:
+    async def DeleteRun(self, request: pb.DeleteRunRequest, context: grpc.aio.ServicerContext) -> empty_pb2.Empty:
         await self._runs.delete(current_tenant.get(), request.name)
         return empty_pb2.Empty()
 
-    async def ResumeRun(
-        self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext
-    ) -> pb.Run:
+    async def ResumeRun(self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext) -> pb.Run:
         return run_to_proto(await self._runs.resume(current_tenant.get(), request.name))
 
     async def WatchRun(
@@ -140,9 +128,7 @@ class SclateServicer(pb_grpc.SclateServicer):
     async def StreamTrajectories(
         self, request: pb.StreamTrajectoriesRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Trajectory]:
-        samples = await self._runs.trajectories(
-            current_tenant.get(), request.run, list(request.trainable_roles)
-        )
+        samples = await self._runs.trajectories(current_tenant.get(), request.run, list(request.trainable_roles))
         # Copying token lists into messages is proportional to the run's tokens.
         for msg in await asyncio.to_thread(_trajectories, samples, request.run):
             yield msg

@@ -93,6 +93,8 @@ async def bench_daemon(
             str(runs),
             "--log-level",
             "warning",
+            # The benchmark measures the API and the run loops, not plotting.
+            "--no-reports",
         )
         try:
             async with grpc.aio.insecure_channel(ready["tcp"]) as channel:
@@ -110,9 +112,7 @@ async def bench_daemon(
                 async def one(i: int) -> None:
                     nonlocal events_seen
                     async with sem:
-                        created = await timed(
-                            stub.CreateRun(pb.CreateRunRequest(run=run, request_id=f"bench-{i}"))
-                        )
+                        created = await timed(stub.CreateRun(pb.CreateRunRequest(run=run, request_id=f"bench-{i}")))
                     last_state = pb.STATE_UNSPECIFIED
                     async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
                         events_seen += 1
@@ -164,9 +164,7 @@ async def bench_daemon(
         "api_latency_ms_p50": statistics.median(lat),
         "api_latency_ms_p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
         "api_latency_ms_max": lat[-1],
-        "api_latency_by_method_ms_p50": {
-            k: statistics.median(v) for k, v in probe_lat.items() if v
-        },
+        "api_latency_by_method_ms_p50": {k: statistics.median(v) for k, v in probe_lat.items() if v},
         "api_latency_by_method_ms_max": {k: max(v) for k, v in probe_lat.items() if v},
         "create_latency_ms_p50_in_watch_client": statistics.median(own),
         "daemon_rss_mb": round(rss_now, 1),

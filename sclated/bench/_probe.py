@@ -23,9 +23,7 @@ async def probe(addr: str, stop: Path, out: Path) -> None:
     latencies: dict[str, list[float]] = {"GetRun": [], "ListRuns": [], "CreateRun": []}
     async with grpc.aio.insecure_channel(addr) as channel:
         stub = pb_grpc.SclateStub(channel)
-        run = pb.Run(
-            benchmark=pb.BenchmarkSpec(name="synthetic"), agent=pb.AgentSpec(harness="scripted")
-        )
+        run = pb.Run(benchmark=pb.BenchmarkSpec(name="synthetic"), agent=pb.AgentSpec(harness="scripted"))
         run.benchmark.options.update({"days": 1, "events_per_day": 1})
         run.agent.options.update({"turn_ms": 1})
         names: list[str] = []
@@ -34,9 +32,7 @@ async def probe(addr: str, stop: Path, out: Path) -> None:
             i += 1
             t0 = time.perf_counter()
             if i % 10 == 1:
-                created = await stub.CreateRun(
-                    pb.CreateRunRequest(run=run, request_id=f"probe-{i}")
-                )
+                created = await stub.CreateRun(pb.CreateRunRequest(run=run, request_id=f"probe-{i}"))
                 names.append(created.name)
                 latencies["CreateRun"].append((time.perf_counter() - t0) * 1000)
             elif i % 2:

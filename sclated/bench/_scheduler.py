@@ -137,9 +137,7 @@ async def _throughput(total: int) -> dict[str, Any]:
     n_sources = 10
     per = total // n_sources
     # Offsets make the ten streams interleave with occasional ties.
-    sources = [
-        _LazyTimedSource(f"s{k}", per, _T0 + k * 3 * _MS, 10 * _MS) for k in range(n_sources)
-    ]
+    sources = [_LazyTimedSource(f"s{k}", per, _T0 + k * 3 * _MS, 10 * _MS) for k in range(n_sources)]
     sched = Scheduler(start_ns=_T0, sources=sources)
     clock = SimClock(ClockConfig(mode=ClockMode.DISCRETE, start_ns=_T0))
     loop = RunLoop(sched, clock, _noop)
@@ -228,23 +226,15 @@ def _arc_specs(days: int, prompts_per_day: int) -> tuple[list[EventSpec], list[E
         last = f"d{d}.p{prompts_per_day - 1}"
         bench.append(EventSpec(f"d{d}.stop", After((last,), 2 * _HOUR), (AgentControl("stop"),)))
         for h in range(24):
-            agent.append(
-                EventSpec(f"d{d}.cron{h}", At(day + h * _HOUR + 5 * _MIN), (ExecInSandbox("true"),))
-            )
-        agent.append(
-            EventSpec(
-                f"d{d}.consolidate", At(day + 23 * _HOUR), (AgentControl("consolidate", "memory"),)
-            )
-        )
+            agent.append(EventSpec(f"d{d}.cron{h}", At(day + h * _HOUR + 5 * _MIN), (ExecInSandbox("true"),)))
+        agent.append(EventSpec(f"d{d}.consolidate", At(day + 23 * _HOUR), (AgentControl("consolidate", "memory"),)))
     bench.append(EventSpec("end", At(_T0 + days * _DAY), (StopRun("arc complete"),)))
     return bench, agent
 
 
 async def _arc(days: int, prompts_per_day: int, turn_s: float) -> dict[str, Any]:
     bench, agent = _arc_specs(days, prompts_per_day)
-    sched = Scheduler(
-        start_ns=_T0, sources=[_ListSource("bench", bench), _ListSource("agent", agent)]
-    )
+    sched = Scheduler(start_ns=_T0, sources=[_ListSource("bench", bench), _ListSource("agent", agent)])
     clock = SimClock(ClockConfig(mode=ClockMode.HYBRID, start_ns=_T0))
     obs = _Observer()
     tasks: set[asyncio.Task[None]] = set()

@@ -40,9 +40,7 @@ ATIF_SCHEMA_VERSION = "ATIF-v1.4"
 
 
 def _fail(sample: Sample, fmt: str, why: str) -> ExportContractError:
-    return ExportContractError(
-        f"{fmt} export: sample {sample.sample_id}: {why}", field=sample.sample_id
-    )
+    return ExportContractError(f"{fmt} export: sample {sample.sample_id}: {why}", field=sample.sample_id)
 
 
 def _check_common(s: Sample, fmt: str) -> None:
@@ -246,9 +244,7 @@ def _atif_row(s: Sample) -> dict[str, Any]:
             if results and last_agent is not None:
                 obs = last_agent.setdefault("observation", {"results": []})
                 for b in results:
-                    obs["results"].append(
-                        {"source_call_id": b.get("tool_use_id"), "content": _text(b.get("content"))}
-                    )
+                    obs["results"].append({"source_call_id": b.get("tool_use_id"), "content": _text(b.get("content"))})
                 continue
             source = "system" if role in ("system", "developer") else "user"
             add({"source": source, "message": content, "timestamp": _iso(rec.timings.start_ns)})

@@ -16,9 +16,7 @@ from sclated.errors import InvalidArgument
 __all__ = ["API_KINDS", "SCHEMA_VERSION", "CallRecord", "Chunk", "Completion", "Timings"]
 
 SCHEMA_VERSION = 1
-API_KINDS = frozenset(
-    {"openai_chat", "openai_completions", "openai_responses", "anthropic_messages", "other"}
-)
+API_KINDS = frozenset({"openai_chat", "openai_completions", "openai_responses", "anthropic_messages", "other"})
 
 
 def _bad(name: str, why: str) -> InvalidArgument:
@@ -61,9 +59,7 @@ def _bool(d: dict[str, Any], key: str, default: bool) -> bool:
 def _ids(v: Any, name: str) -> tuple[int, ...] | None:
     if v is None:
         return None
-    if not isinstance(v, list) or not all(
-        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v
-    ):
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
         raise _bad(name, "must be a list of non-negative integers")
     return tuple(v)
 
@@ -71,9 +67,7 @@ def _ids(v: Any, name: str) -> tuple[int, ...] | None:
 def _floats(v: Any, name: str) -> tuple[float, ...] | None:
     if v is None:
         return None
-    if not isinstance(v, list) or not all(
-        isinstance(x, int | float) and not isinstance(x, bool) for x in v
-    ):
+    if not isinstance(v, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in v):
         raise _bad(name, "must be a list of numbers")
     return tuple(float(x) for x in v)
 
@@ -239,9 +233,7 @@ class CallRecord:
         raw_comp = d.get("completions") or []
         if not isinstance(raw_comp, list):
             raise _bad("completions", "must be a list")
-        completions = tuple(
-            Completion.from_json(c, f"completions[{i}]") for i, c in enumerate(raw_comp)
-        )
+        completions = tuple(Completion.from_json(c, f"completions[{i}]") for i, c in enumerate(raw_comp))
         t = d.get("timings")
         if not isinstance(t, dict):
             raise _bad("timings", "is required and must be an object")
@@ -309,9 +301,7 @@ class CallRecord:
             "status": self.status,
             "response": self.response,
             "chunks": [c.to_json() for c in self.chunks],
-            "prompt_token_ids": (
-                list(self.prompt_token_ids) if self.prompt_token_ids is not None else None
-            ),
+            "prompt_token_ids": (list(self.prompt_token_ids) if self.prompt_token_ids is not None else None),
             "completions": [c.to_json() for c in self.completions],
             "usage": self.usage,
             "finish_reason": self.finish_reason,

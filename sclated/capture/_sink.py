@@ -96,9 +96,7 @@ class CaptureSink:
             # A resent call_start (the proxy timed out waiting for our reply)
             # must not take a second lease that nobody would release.
             return {"leased": False}
-        self._held[key] = self._leases.acquire(
-            f"model-call:{call_id}", f"{run}/{role}", ttl_ns=self._ttl_ns
-        )
+        self._held[key] = self._leases.acquire(f"model-call:{call_id}", f"{run}/{role}", ttl_ns=self._ttl_ns)
         return {"leased": True}
 
     async def on_call_end(self, run: str, msg: dict[str, Any]) -> dict[str, Any]:

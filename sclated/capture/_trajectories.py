@@ -145,9 +145,7 @@ def _is_prefix(prefix: Sequence[int], seq: Sequence[int]) -> bool:
     return len(prefix) <= len(seq) and tuple(seq[: len(prefix)]) == tuple(prefix)
 
 
-def build_trajectories(
-    records: Iterable[CallRecord], policy: LossMaskPolicy | None = None
-) -> Trajectories:
+def build_trajectories(records: Iterable[CallRecord], policy: LossMaskPolicy | None = None) -> Trajectories:
     """Assemble graphs and samples from one run's records (any order)."""
     policy = policy or LossMaskPolicy()
     ordered = sorted(records, key=lambda r: (r.timings.start_ns, r.call_id))
@@ -197,9 +195,7 @@ def build_trajectories(
         for k, comp in enumerate(usable):
             assert comp.token_ids is not None
             lps: tuple[float | None, ...] = (
-                tuple(comp.logprobs)
-                if comp.logprobs is not None
-                else tuple(None for _ in comp.token_ids)
+                tuple(comp.logprobs) if comp.logprobs is not None else tuple(None for _ in comp.token_ids)
             )
             node = TokenNode(
                 id=len(nodes),

@@ -41,9 +41,7 @@ class ClockConfig:
 
     def __post_init__(self) -> None:
         if self.start_ns < 0:
-            raise InvalidArgument(
-                f"clock start must not be negative, got {self.start_ns}", field="start_ns"
-            )
+            raise InvalidArgument(f"clock start must not be negative, got {self.start_ns}", field="start_ns")
         if not self.rate > 0:
             raise InvalidArgument(f"clock rate must be positive, got {self.rate}", field="rate")
         if self.settle_passes < 0:
@@ -90,9 +88,7 @@ class SimClock:
         if self.mode is ClockMode.DISCRETE:
             return self._last
         elapsed = self._wall() - self._anchor_wall
-        t = self._anchor_sim + (
-            elapsed if self.config.rate == 1.0 else int(elapsed * self.config.rate)
-        )
+        t = self._anchor_sim + (elapsed if self.config.rate == 1.0 else int(elapsed * self.config.rate))
         # Monotone even if the wall source stutters.
         if t < self._last:
             return self._last
@@ -117,9 +113,7 @@ class SimClock:
             raise FailedPrecondition("a REALTIME clock never jumps", reason="CLOCK_MODE")
         if self.leases.held:
             holders = ", ".join(f"{i.name} ({i.holder})" for i in self.leases.diagnostics())
-            raise FailedPrecondition(
-                f"cannot jump while leases are held: {holders}", reason="LEASE_HELD"
-            )
+            raise FailedPrecondition(f"cannot jump while leases are held: {holders}", reason="LEASE_HELD")
         now = self.now()
         if target_ns <= now:
             return None
@@ -137,9 +131,7 @@ class SimClock:
     def set_time(self, sim_ns: int) -> None:
         """Place the clock at ``sim_ns`` without counting a jump (resume after a restart)."""
         if sim_ns < self._last:
-            raise InvalidArgument(
-                f"the clock never goes backwards: {sim_ns} < {self._last}", field="sim_ns"
-            )
+            raise InvalidArgument(f"the clock never goes backwards: {sim_ns} < {self._last}", field="sim_ns")
         self._anchor_sim = sim_ns
         self._anchor_wall = self._wall()
         self._last = sim_ns

@@ -121,9 +121,7 @@ class LeaseTable:
         return lease.id in self._held
 
     def next_expiry_wall_ns(self) -> int | None:
-        deadlines = [
-            h.expires_wall_ns for h in self._held.values() if h.expires_wall_ns is not None
-        ]
+        deadlines = [h.expires_wall_ns for h in self._held.values() if h.expires_wall_ns is not None]
         return min(deadlines) if deadlines else None
 
     def busy_ns(self) -> int:
@@ -150,9 +148,7 @@ class LeaseTable:
             raise InvalidArgument(f"lease {name!r} needs a holder", field="holder")
         ttl = self._default_ttl_ns if ttl_ns is None else ttl_ns
         if ttl is not None and ttl <= 0:
-            raise InvalidArgument(
-                f"lease {name!r}: ttl must be positive, got {ttl} ns", field="ttl"
-            )
+            raise InvalidArgument(f"lease {name!r}: ttl must be positive, got {ttl} ns", field="ttl")
         now = self._wall()
         lease = Lease(next(self._ids), name, holder)
         held = _Held(lease, now, sim_ns, ttl, None if ttl is None else now + ttl)
@@ -187,11 +183,7 @@ class LeaseTable:
     def expire(self, now_wall_ns: int | None = None) -> list[ExpiredLease]:
         """Release every lease past its deadline and report each one."""
         now = self._wall() if now_wall_ns is None else now_wall_ns
-        dead = [
-            h
-            for h in self._held.values()
-            if h.expires_wall_ns is not None and h.expires_wall_ns <= now
-        ]
+        dead = [h for h in self._held.values() if h.expires_wall_ns is not None and h.expires_wall_ns <= now]
         out = []
         for h in sorted(dead, key=lambda h: (h.expires_wall_ns or 0, h.lease.id)):
             del self._held[h.lease.id]
@@ -205,9 +197,7 @@ class LeaseTable:
             self._busy_total_ns += self._wall() - self._busy_since
             self._busy_since = None
 
-    def _emit(
-        self, kind: Literal["acquired", "released", "expired", "heartbeat"], held: _Held
-    ) -> None:
+    def _emit(self, kind: Literal["acquired", "released", "expired", "heartbeat"], held: _Held) -> None:
         if not self._listeners:
             return
         change = LeaseChange(kind, held.info(), len(self._held))

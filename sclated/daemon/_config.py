@@ -34,6 +34,8 @@ class DaemonConfig:
     ready_file: Path | None = None
     log_level: str = "info"
     max_message_bytes: int = 4 * 1024 * 1024
+    reports: bool = True
+    """Write each finished run's report and timeline plot under state_dir/runs."""
 
     @property
     def unix_socket_path(self) -> Path | None:
@@ -86,6 +88,7 @@ _TYPES: dict[str, type] = {
     "tenant_max_active": int,
     "log_level": str,
     "max_message_bytes": int,
+    "reports": bool,
 }
 _PATHS = {"state_dir", "tokens_file", "tls_cert", "tls_key", "ready_file"}
 
@@ -108,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-grace-s", type=float, help="on SIGTERM, how long running runs may finish")
     p.add_argument("--ready-file", type=Path, help="written with the bound addresses once listening")
     p.add_argument("--log-level")
+    p.add_argument(
+        "--reports",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write a report and timeline plot per finished run (default on)",
+    )
     return p
 
 
@@ -131,7 +140,9 @@ def load_config(args: argparse.Namespace) -> DaemonConfig:
             values[key] = flag
     for key, value in values.items():
         expected = _TYPES.get(key)
-        if expected is not None and (not isinstance(value, expected) or isinstance(value, bool)):
+        if expected is not None and (
+            not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))
+        ):
             raise InvalidArgument(f"{key} must be of type {expected.__name__}, got {value!r}", field=key)
     if "state_dir" not in values:
         raise InvalidArgument("state_dir is required (--state-dir or state_dir in the config)", field="state_dir")

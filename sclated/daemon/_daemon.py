@@ -77,6 +77,7 @@ class Daemon:
                 max_running=config.max_running,
                 tenant_max_running=config.tenant_max_running,
                 tenant_max_active=config.tenant_max_active,
+                write_reports=config.reports,
             ),
             runs_dir=config.state_dir / "runs",
         )

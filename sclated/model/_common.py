@@ -47,9 +47,7 @@ class Fields:
 
     def __init__(self, data: Any, path: str = ""):
         if not isinstance(data, dict):
-            raise InvalidArgument(
-                f"{path or 'the request body'} must be a JSON object", field=path or "body"
-            )
+            raise InvalidArgument(f"{path or 'the request body'} must be a JSON object", field=path or "body")
         self.data: dict[str, Any] = data
         self.path = path
 
@@ -61,9 +59,7 @@ class Fields:
 
     def bad(self, key: str, expected: str) -> InvalidArgument:
         got = type(self.data.get(key)).__name__
-        return InvalidArgument(
-            f"'{self.name(key)}' must be {expected} (got {got})", field=self.name(key)
-        )
+        return InvalidArgument(f"'{self.name(key)}' must be {expected} (got {got})", field=self.name(key))
 
     def missing(self, key: str) -> InvalidArgument:
         return InvalidArgument(f"'{self.name(key)}' is required", field=self.name(key))
@@ -84,27 +80,19 @@ class Fields:
             raise self.bad(key, "a boolean")
         return value
 
-    def opt_int(
-        self, key: str, *, minimum: int | None = None, maximum: int | None = None
-    ) -> int | None:
+    def opt_int(self, key: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
         value = self.data.get(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.bad(key, "an integer")
         if minimum is not None and value < minimum:
-            raise InvalidArgument(
-                f"'{self.name(key)}' must be >= {minimum} (got {value})", field=self.name(key)
-            )
+            raise InvalidArgument(f"'{self.name(key)}' must be >= {minimum} (got {value})", field=self.name(key))
         if maximum is not None and value > maximum:
-            raise InvalidArgument(
-                f"'{self.name(key)}' must be <= {maximum} (got {value})", field=self.name(key)
-            )
+            raise InvalidArgument(f"'{self.name(key)}' must be <= {maximum} (got {value})", field=self.name(key))
         return value
 
-    def opt_float(
-        self, key: str, *, minimum: float | None = None, maximum: float | None = None
-    ) -> float | None:
+    def opt_float(self, key: str, *, minimum: float | None = None, maximum: float | None = None) -> float | None:
         value = self.data.get(key)
         if value is None:
             return None
@@ -114,13 +102,9 @@ class Fields:
         if not math.isfinite(number):
             raise self.bad(key, "a finite number")
         if minimum is not None and number < minimum:
-            raise InvalidArgument(
-                f"'{self.name(key)}' must be >= {minimum} (got {number})", field=self.name(key)
-            )
+            raise InvalidArgument(f"'{self.name(key)}' must be >= {minimum} (got {number})", field=self.name(key))
         if maximum is not None and number > maximum:
-            raise InvalidArgument(
-                f"'{self.name(key)}' must be <= {maximum} (got {number})", field=self.name(key)
-            )
+            raise InvalidArgument(f"'{self.name(key)}' must be <= {maximum} (got {number})", field=self.name(key))
         return number
 
     def opt_list(self, key: str) -> list[Any] | None:
@@ -277,10 +261,7 @@ class Generation:
                     tail = gate.feed(item.text)
                     parsed = gate.finish()
                     tail += parsed.content or ""
-                    self.calls = [
-                        ToolCall(new_id(self.call_id_prefix), name, args)
-                        for name, args in parsed.calls
-                    ]
+                    self.calls = [ToolCall(new_id(self.call_id_prefix), name, args) for name, args in parsed.calls]
                     self.content += tail
                     yield None, tail
                     return

@@ -280,9 +280,7 @@ class Engine:
 
     async def detokenize(self, ids: Sequence[int]) -> str:
         def work() -> str:
-            return b"".join(self._piece(int(i), special=True) for i in ids).decode(
-                "utf-8", errors="replace"
-            )
+            return b"".join(self._piece(int(i), special=True) for i in ids).decode("utf-8", errors="replace")
 
         return await self._run(work)
 
@@ -292,16 +290,14 @@ class Engine:
             raise InvalidArgument(f"'{field}' renders to an empty prompt", field=field)
         if len(prompt_ids) >= self.n_ctx:
             raise InvalidArgument(
-                f"'{field}' is {len(prompt_ids)} tokens; the context holds {self.n_ctx} "
-                "including the completion",
+                f"'{field}' is {len(prompt_ids)} tokens; the context holds {self.n_ctx} including the completion",
                 field=field,
                 reason="PROMPT_TOO_LONG",
             )
         n_vocab = self.n_vocab
         for tid in prompt_ids:
             if not 0 <= tid < n_vocab:
-                raise InvalidArgument(f"token id {tid} in '{field}' is not in the vocabulary",
-                                      field=field)
+                raise InvalidArgument(f"token id {tid} in '{field}' is not in the vocabulary", field=field)
 
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams
@@ -373,9 +369,9 @@ class Engine:
             if cancel.is_set():
                 return
             ptr = lib.llama_get_logits_ith(llm.ctx, -1)
-            logits = np.ctypeslib.as_array(
-                ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,)
-            ).astype(np.float64)
+            logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,)).astype(
+                np.float64
+            )
             logprobs = _log_softmax(logits)
             if params.ignore_eos:
                 for eog in self._eog_ids():
@@ -399,7 +395,11 @@ class Engine:
             if is_eog:
                 emit(
                     TokenStep(
-                        token, self._piece(token, special=True), float(logprobs[token]), top, "",
+                        token,
+                        self._piece(token, special=True),
+                        float(logprobs[token]),
+                        top,
+                        "",
                         True,
                     )
                 )
@@ -408,8 +408,12 @@ class Engine:
             released, stop_hit = text.feed(self._piece(token, special=False))
             emit(
                 TokenStep(
-                    token, self._piece(token, special=True), float(logprobs[token]), top,
-                    released, False,
+                    token,
+                    self._piece(token, special=True),
+                    float(logprobs[token]),
+                    top,
+                    released,
+                    False,
                 )
             )
             if stop_hit is not None:
@@ -424,9 +428,7 @@ class Engine:
         model = self._require()
         cached = self._eog_cache
         if cached is None:
-            cached = [
-                i for i in range(model.n_vocab) if model.lib.llama_vocab_is_eog(model.vocab, i)
-            ]
+            cached = [i for i in range(model.n_vocab) if model.lib.llama_vocab_is_eog(model.vocab, i)]
             self._eog_cache = cached
         return cached
 
@@ -453,9 +455,7 @@ def _log_softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return result
 
 
-def _sample(
-    logits: npt.NDArray[np.float64], params: SamplingParams, rng: np.random.Generator
-) -> int:
+def _sample(logits: npt.NDArray[np.float64], params: SamplingParams, rng: np.random.Generator) -> int:
     """Greedy at temperature 0, else temperature, top-k and nucleus sampling."""
     if params.temperature <= 0.0:
         return int(np.argmax(logits))

@@ -57,8 +57,7 @@ def parse_chat_messages(value: list[Any], path: str = "messages") -> list[ChatMe
         if role == "developer":
             role = "system"
         if role not in ("system", "user", "assistant", "tool", "function"):
-            raise InvalidArgument(f"'{f.name('role')}' {role!r} is not a known role",
-                                  field=f.name("role"))
+            raise InvalidArgument(f"'{f.name('role')}' {role!r} is not a known role", field=f.name("role"))
         content = text_of(f.data.get("content"), f.name("content"), allowed=_TEXT_PARTS)
         calls: list[ToolCall] = []
         for j, call in enumerate(f.opt_list("tool_calls") or []):
@@ -95,8 +94,7 @@ def parse_openai_tools(f: Fields) -> tuple[list[ToolSpec], ToolMode, str | None]
         tf = Fields(raw, f"tools[{i}]")
         kind = tf.opt_str("type") or "function"
         if kind != "function":
-            raise InvalidArgument(f"'{tf.name('type')}' {kind!r} is not supported",
-                                  field=tf.name("type"))
+            raise InvalidArgument(f"'{tf.name('type')}' {kind!r} is not supported", field=tf.name("type"))
         fn = tf.opt_obj("function")
         if fn is None:
             raise tf.missing("function")
@@ -104,8 +102,7 @@ def parse_openai_tools(f: Fields) -> tuple[list[ToolSpec], ToolMode, str | None]
         if not name:
             raise fn.missing("name")
         params = fn.opt_obj("parameters")
-        tools.append(ToolSpec(name, fn.opt_str("description") or "",
-                              params.data if params else {}))
+        tools.append(ToolSpec(name, fn.opt_str("description") or "", params.data if params else {}))
     choice = f.data.get("tool_choice")
     mode: ToolMode = "auto"
     forced: str | None = None
@@ -120,20 +117,16 @@ def parse_openai_tools(f: Fields) -> tuple[list[ToolSpec], ToolMode, str | None]
         fn = cf.opt_obj("function")
         name = fn.opt_str("name") if fn else cf.opt_str("name")
         if not name:
-            raise InvalidArgument("'tool_choice.function.name' is required",
-                                  field="tool_choice.function.name")
+            raise InvalidArgument("'tool_choice.function.name' is required", field="tool_choice.function.name")
         mode, forced = "required", name
     else:
-        raise InvalidArgument("'tool_choice' must be 'none', 'auto', 'required' or an object",
-                              field="tool_choice")
+        raise InvalidArgument("'tool_choice' must be 'none', 'auto', 'required' or an object", field="tool_choice")
     if forced is not None and forced not in {t.name for t in tools}:
-        raise InvalidArgument(f"'tool_choice' names {forced!r}, which is not in 'tools'",
-                              field="tool_choice")
+        raise InvalidArgument(f"'tool_choice' names {forced!r}, which is not in 'tools'", field="tool_choice")
     return tools, mode, forced
 
 
-def active_tool_names(tools: Sequence[ToolSpec], mode: ToolMode, forced: str | None
-                      ) -> list[str] | None:
+def active_tool_names(tools: Sequence[ToolSpec], mode: ToolMode, forced: str | None) -> list[str] | None:
     """Names a parsed call may use; None turns parsing off."""
     if not tools or mode == "none":
         return None
@@ -149,10 +142,7 @@ def chat_logprob(step: TokenStep) -> dict[str, Any]:
         "token": _bytes_text(step.piece),
         "logprob": step.logprob,
         "bytes": list(step.piece),
-        "top_logprobs": [
-            {"token": t.token, "logprob": t.logprob, "bytes": list(t.bytes)}
-            for t in step.top_logprobs
-        ],
+        "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": list(t.bytes)} for t in step.top_logprobs],
     }
 
 
@@ -194,15 +184,13 @@ def _check_n(f: Fields) -> None:
         raise InvalidArgument("only 'n' = 1 is supported", field="n")
 
 
-async def handle_chat_completions(ctx: ServerContext, request: web.Request,
-                                  body: Any) -> web.StreamResponse:
+async def handle_chat_completions(ctx: ServerContext, request: web.Request, body: Any) -> web.StreamResponse:
     f = Fields(body)
     messages = parse_chat_messages(f.req_list("messages"))
     _check_n(f)
     tools, mode, forced = parse_openai_tools(f)
     opts = TokenOptions.of_chat(f)
-    params = f.sampling(max_tokens=_max_tokens(f, "max_completion_tokens", "max_tokens"),
-                        top_logprobs=opts.top)
+    params = f.sampling(max_tokens=_max_tokens(f, "max_completion_tokens", "max_tokens"), top_logprobs=opts.top)
     stream = f.opt_bool("stream")
     model = ctx.model_of(f)
     prompt = ctx.renderer.render(messages, tools, mode, forced)
@@ -217,8 +205,7 @@ async def handle_chat_completions(ctx: ServerContext, request: web.Request,
 
     def tool_calls_json() -> list[dict[str, Any]]:
         return [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in gen.calls
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in gen.calls
         ]
 
     if not stream:
@@ -230,8 +217,7 @@ async def handle_chat_completions(ctx: ServerContext, request: web.Request,
         choice: dict[str, Any] = {
             "index": 0,
             "message": message,
-            "logprobs": {"content": [chat_logprob(s) for s in gen.steps]}
-            if opts.logprobs else None,
+            "logprobs": {"content": [chat_logprob(s) for s in gen.steps]} if opts.logprobs else None,
             "finish_reason": finish_reason(),
         }
         if opts.ids:
@@ -248,15 +234,13 @@ async def handle_chat_completions(ctx: ServerContext, request: web.Request,
             out["prompt_token_ids"] = prompt_ids
         return web.json_response(out)
 
-    def chunk(delta: dict[str, Any], step: TokenStep | None = None,
-              reason: str | None = None) -> dict[str, Any]:
+    def chunk(delta: dict[str, Any], step: TokenStep | None = None, reason: str | None = None) -> dict[str, Any]:
         c: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
         if step is not None and opts.logprobs:
             c["logprobs"] = {"content": [chat_logprob(step)]}
         if opts.ids:
             c["token_ids"] = [step.token_id] if step is not None else []
-        return {"id": rid, "object": "chat.completion.chunk", "created": created,
-                "model": model, "choices": [c]}
+        return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [c]}
 
     response = await open_stream(request)
     first = chunk({"role": "assistant", "content": ""})
@@ -275,8 +259,14 @@ async def handle_chat_completions(ctx: ServerContext, request: web.Request,
                     deltas = [{"index": i, **call} for i, call in enumerate(tool_calls_json())]
                     await response.write(sse(chunk({"tool_calls": deltas})))
         await response.write(sse(chunk({}, reason=finish_reason())))
-        usage = {"id": rid, "object": "chat.completion.chunk", "created": created,
-                 "model": model, "choices": [], "usage": _usage(gen)}
+        usage = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": _usage(gen),
+        }
         await response.write(sse(usage))
     except SclateError as exc:
         await response.write(sse(error_body(exc, 500)))
@@ -301,8 +291,7 @@ def _completion_logprobs(steps: Sequence[TokenStep], offset: int) -> dict[str, A
     }
 
 
-async def handle_completions(ctx: ServerContext, request: web.Request,
-                             body: Any) -> web.StreamResponse:
+async def handle_completions(ctx: ServerContext, request: web.Request, body: Any) -> web.StreamResponse:
     f = Fields(body)
     raw = f.data.get("prompt")
     if raw is None:
@@ -311,21 +300,17 @@ async def handle_completions(ctx: ServerContext, request: web.Request,
         raw = raw[0]  # a batch of one
     if isinstance(raw, str):
         prompt_ids = await ctx.engine.tokenize(raw)
-    elif isinstance(raw, list) and raw and all(
-        isinstance(t, int) and not isinstance(t, bool) for t in raw
-    ):
+    elif isinstance(raw, list) and raw and all(isinstance(t, int) and not isinstance(t, bool) for t in raw):
         # Token ids go to the model untouched: trainers replay exact prompts.
         prompt_ids = list(raw)
     else:
-        raise InvalidArgument("'prompt' must be a string or an array of token ids (one prompt)",
-                              field="prompt")
+        raise InvalidArgument("'prompt' must be a string or an array of token ids (one prompt)", field="prompt")
     _check_n(f)
     if f.opt_bool("echo"):
         raise InvalidArgument("'echo' is not supported", field="echo")
     logprobs_n = f.opt_int("logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
     want_ids = f.opt_bool("return_token_ids") or logprobs_n is not None
-    params = f.sampling(max_tokens=_max_tokens(f, "max_tokens") or 16,
-                        top_logprobs=logprobs_n or 0)
+    params = f.sampling(max_tokens=_max_tokens(f, "max_tokens") or 16, top_logprobs=logprobs_n or 0)
     stream = f.opt_bool("stream")
     model = ctx.model_of(f)
     ctx.engine.check_prompt(prompt_ids, "prompt")
@@ -342,23 +327,27 @@ async def handle_completions(ctx: ServerContext, request: web.Request,
             "logprobs": _completion_logprobs(gen.steps, 0) if logprobs_n is not None else None,
             "finish_reason": gen.reason,
         }
-        out: dict[str, Any] = {"id": rid, "object": "text_completion", "created": created,
-                               "model": model, "choices": [choice], "usage": _usage(gen)}
+        out: dict[str, Any] = {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": _usage(gen),
+        }
         if want_ids:
             choice["token_ids"] = gen.token_ids
             choice["prompt_token_ids"] = prompt_ids
             out["prompt_token_ids"] = prompt_ids
         return web.json_response(out)
 
-    def chunk(text: str, step: TokenStep | None, reason: str | None,
-              offset: int) -> dict[str, Any]:
+    def chunk(text: str, step: TokenStep | None, reason: str | None, offset: int) -> dict[str, Any]:
         c: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
         if step is not None and logprobs_n is not None:
             c["logprobs"] = _completion_logprobs([step], offset)
         if want_ids:
             c["token_ids"] = [step.token_id] if step is not None else []
-        return {"id": rid, "object": "text_completion", "created": created, "model": model,
-                "choices": [c]}
+        return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [c]}
 
     response = await open_stream(request)
     offset = 0
@@ -379,8 +368,18 @@ async def handle_completions(ctx: ServerContext, request: web.Request,
                 first = False
                 offset += len(text)
                 await response.write(sse(c))
-        await response.write(sse({"id": rid, "object": "text_completion", "created": created,
-                                  "model": model, "choices": [], "usage": _usage(gen)}))
+        await response.write(
+            sse(
+                {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": _usage(gen),
+                }
+            )
+        )
     except SclateError as exc:
         await response.write(sse(error_body(exc, 500)))
     finally:

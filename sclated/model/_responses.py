@@ -61,8 +61,7 @@ def parse_responses_input(f: Fields) -> list[ChatMessage]:
             if role == "developer":
                 role = "system"
             if role not in ("system", "user", "assistant"):
-                raise InvalidArgument(f"'{it.name('role')}' {role!r} is not a known role",
-                                      field=it.name("role"))
+                raise InvalidArgument(f"'{it.name('role')}' {role!r} is not a known role", field=it.name("role"))
             content = text_of(it.data.get("content"), it.name("content"), allowed=_TEXT_PARTS)
             messages.append(ChatMessage(role, content))
         elif kind == "function_call":
@@ -75,8 +74,7 @@ def parse_responses_input(f: Fields) -> list[ChatMessage]:
             prev = messages[-1] if messages else None
             if prev is not None and prev.role == "assistant":
                 # Parallel calls arrive as separate items; they were one turn.
-                messages[-1] = ChatMessage("assistant", prev.content,
-                                           (*prev.tool_calls, call))
+                messages[-1] = ChatMessage("assistant", prev.content, (*prev.tool_calls, call))
             else:
                 messages.append(ChatMessage("assistant", "", (call,)))
         elif kind == "function_call_output":
@@ -88,8 +86,7 @@ def parse_responses_input(f: Fields) -> list[ChatMessage]:
         elif kind == "reasoning":
             continue  # this model has no reasoning channel to feed it back into
         else:
-            raise InvalidArgument(f"'{it.name('type')}' {kind!r} is not supported",
-                                  field=it.name("type"))
+            raise InvalidArgument(f"'{it.name('type')}' {kind!r} is not supported", field=it.name("type"))
     return messages
 
 
@@ -107,8 +104,7 @@ def _parse_tools(f: Fields) -> tuple[list[ToolSpec], ToolMode, str | None]:
         if not name:
             raise tf.missing("name")
         params = tf.opt_obj("parameters")
-        tools.append(ToolSpec(name, tf.opt_str("description") or "",
-                              params.data if params else {}))
+        tools.append(ToolSpec(name, tf.opt_str("description") or "", params.data if params else {}))
     choice = f.data.get("tool_choice")
     if choice in (None, "auto"):
         return tools, "auto", None
@@ -118,29 +114,27 @@ def _parse_tools(f: Fields) -> tuple[list[ToolSpec], ToolMode, str | None]:
         name = Fields(choice, "tool_choice").opt_str("name")
         if name and name in {t.name for t in tools}:
             return tools, "required", name
-    raise InvalidArgument("'tool_choice' must be 'none', 'auto', 'required' or name a tool",
-                          field="tool_choice")
+    raise InvalidArgument("'tool_choice' must be 'none', 'auto', 'required' or name a tool", field="tool_choice")
 
 
 def _logprobs(steps: Sequence[TokenStep]) -> list[dict[str, Any]]:
     return [chat_logprob(s) for s in steps]
 
 
-async def handle_responses(ctx: ServerContext, request: web.Request,
-                           body: Any) -> web.StreamResponse:
+async def handle_responses(ctx: ServerContext, request: web.Request, body: Any) -> web.StreamResponse:
     f = Fields(body)
     messages = parse_responses_input(f)
     if f.has("previous_response_id"):
-        raise InvalidArgument("'previous_response_id' is not supported: responses are not "
-                              "stored; send the full conversation in 'input'",
-                              field="previous_response_id")
+        raise InvalidArgument(
+            "'previous_response_id' is not supported: responses are not stored; send the full conversation in 'input'",
+            field="previous_response_id",
+        )
     tools, mode, forced = _parse_tools(f)
     include = f.opt_list("include") or []
     top = f.opt_int("top_logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
     want_logprobs = top is not None or "message.output_text.logprobs" in include
     want_ids = f.opt_bool("return_token_ids") or want_logprobs
-    params = f.sampling(max_tokens=f.opt_int("max_output_tokens", minimum=1),
-                        top_logprobs=top or 0)
+    params = f.sampling(max_tokens=f.opt_int("max_output_tokens", minimum=1), top_logprobs=top or 0)
     stream = f.opt_bool("stream")
     model = ctx.model_of(f)
     prompt = ctx.renderer.render(messages, tools, mode, forced)
@@ -195,12 +189,17 @@ async def handle_responses(ctx: ServerContext, request: web.Request,
 
     def message_item(status: str, text: str | None) -> dict[str, Any]:
         content = [] if text is None else [text_part(text, gen.steps)]
-        return {"type": "message", "id": msg_id, "status": status, "role": "assistant",
-                "content": content}
+        return {"type": "message", "id": msg_id, "status": status, "role": "assistant", "content": content}
 
     def call_item(call: ToolCall, item_id: str, status: str, args: str) -> dict[str, Any]:
-        return {"type": "function_call", "id": item_id, "call_id": call.id, "name": call.name,
-                "arguments": args, "status": status}
+        return {
+            "type": "function_call",
+            "id": item_id,
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": args,
+            "status": status,
+        }
 
     def final_status() -> str:
         return "incomplete" if gen.reason == "length" and not gen.calls else "completed"
@@ -232,15 +231,14 @@ async def handle_responses(ctx: ServerContext, request: web.Request,
         nonlocal message_open
         message_open = True
         output.append(message_item("in_progress", None))
-        await send("response.output_item.added",
-                   {"output_index": 0, "item": message_item("in_progress", None)})
-        await send("response.content_part.added",
-                   {"item_id": msg_id, "output_index": 0, "content_index": 0,
-                    "part": text_part("", ())})
+        await send("response.output_item.added", {"output_index": 0, "item": message_item("in_progress", None)})
+        await send(
+            "response.content_part.added",
+            {"item_id": msg_id, "output_index": 0, "content_index": 0, "part": text_part("", ())},
+        )
 
     async def delta(text: str) -> None:
-        payload: dict[str, Any] = {"item_id": msg_id, "output_index": 0, "content_index": 0,
-                                   "delta": text}
+        payload: dict[str, Any] = {"item_id": msg_id, "output_index": 0, "content_index": 0, "delta": text}
         if want_logprobs:
             payload["logprobs"] = _logprobs(pending)
         if want_ids:
@@ -264,22 +262,30 @@ async def handle_responses(ctx: ServerContext, request: web.Request,
             # tool-call text) still belong to the message's token record.
             await delta("")
         if message_open:
-            await send("response.output_text.done",
-                       {"item_id": msg_id, "output_index": 0, "content_index": 0,
-                        "text": gen.content})
-            await send("response.content_part.done",
-                       {"item_id": msg_id, "output_index": 0, "content_index": 0,
-                        "part": text_part(gen.content, gen.steps)})
+            await send(
+                "response.output_text.done",
+                {"item_id": msg_id, "output_index": 0, "content_index": 0, "text": gen.content},
+            )
+            await send(
+                "response.content_part.done",
+                {"item_id": msg_id, "output_index": 0, "content_index": 0, "part": text_part(gen.content, gen.steps)},
+            )
             output[0] = message_item("completed", gen.content)
             await send("response.output_item.done", {"output_index": 0, "item": output[0]})
         for call in gen.calls:
             index, item_id = len(output), new_id("fc_")
-            await send("response.output_item.added",
-                       {"output_index": index, "item": call_item(call, item_id, "in_progress", "")})
-            await send("response.function_call_arguments.delta",
-                       {"item_id": item_id, "output_index": index, "delta": call.arguments})
-            await send("response.function_call_arguments.done",
-                       {"item_id": item_id, "output_index": index, "arguments": call.arguments})
+            await send(
+                "response.output_item.added",
+                {"output_index": index, "item": call_item(call, item_id, "in_progress", "")},
+            )
+            await send(
+                "response.function_call_arguments.delta",
+                {"item_id": item_id, "output_index": index, "delta": call.arguments},
+            )
+            await send(
+                "response.function_call_arguments.done",
+                {"item_id": item_id, "output_index": index, "arguments": call.arguments},
+            )
             output.append(call_item(call, item_id, "completed", call.arguments))
             await send("response.output_item.done", {"output_index": index, "item": output[-1]})
         status = final_status()

@@ -68,11 +68,9 @@ async def _errors_and_log(
     except web.HTTPException as exc:
         status = exc.status
         if status == 404:
-            err: SclateError = NotFound(f"no route for {request.method} {request.path}",
-                                        field="path")
+            err: SclateError = NotFound(f"no route for {request.method} {request.path}", field="path")
         else:
-            err = InvalidArgument(f"{exc.reason} for {request.method} {request.path}",
-                                  field="method")
+            err = InvalidArgument(f"{exc.reason} for {request.method} {request.path}", field="method")
         return _error_response(request, err, status)
     except asyncio.CancelledError:
         status = 499  # the client went away
@@ -83,8 +81,7 @@ async def _errors_and_log(
     finally:
         usage = request.get(USAGE)
         tokens = f" prompt={usage[0]} completion={usage[1]}" if usage else ""
-        log.info("%s %s %d %.0fms%s", request.method, request.path, status,
-                 (time.monotonic() - start) * 1000, tokens)
+        log.info("%s %s %d %.0fms%s", request.method, request.path, status, (time.monotonic() - start) * 1000, tokens)
 
 
 async def _read_json(request: web.Request) -> Any:
@@ -105,11 +102,20 @@ def _post(handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamRespo
 
 async def _models(request: web.Request) -> web.StreamResponse:
     ctx = request.app[_CONTEXT]
-    return web.json_response({
-        "object": "list",
-        "data": [{"id": ctx.model_name, "object": "model", "created": now(),
-                  "owned_by": "sclate", "max_model_len": ctx.engine.n_ctx}],
-    })
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": ctx.model_name,
+                    "object": "model",
+                    "created": now(),
+                    "owned_by": "sclate",
+                    "max_model_len": ctx.engine.n_ctx,
+                }
+            ],
+        }
+    )
 
 
 async def _health(request: web.Request) -> web.StreamResponse:
@@ -158,8 +164,9 @@ async def start_model_server(config: ModelServerConfig) -> RunningModelServer:
     try:
         renderer = ChatRenderer(engine.chat_template, engine.bos_token, engine.eos_token)
         name = config.served_model_name()
-        runner = web.AppRunner(build_app(ServerContext(engine, renderer, name)),
-                               access_log=None, handler_cancellation=True)
+        runner = web.AppRunner(
+            build_app(ServerContext(engine, renderer, name)), access_log=None, handler_cancellation=True
+        )
         await runner.setup()
         try:
             site = web.TCPSite(runner, config.host, config.port)

@@ -34,6 +34,7 @@ from sclated.errors import (
     Unavailable,
 )
 from sclated.runs._registry import Registry
+from sclated.runs._report import write_report
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
 from sclated.runs._trajectories import run_samples, trainable_roles
 from sclated.runs._worker import RunOutcome, RunWorker, load_scenario
@@ -61,6 +62,8 @@ class ManagerConfig:
     memory_events: int = 4096
     """Recent committed events kept per live run, so watchers rarely hit the disk."""
     resume_on_start: bool = True
+    write_reports: bool = True
+    """A report (JSON, Markdown, timeline PNG) in the run's directory when it ends."""
 
     def __post_init__(self) -> None:
         for name in ("max_running", "tenant_max_running", "tenant_max_active", "memory_events"):
@@ -627,6 +630,24 @@ class RunManager:
                 calls = await self.store.calls(live.key)
                 if calls:
                     outcome.results["calls"] = summarize_calls(calls)
+        if (
+            self.config.write_reports
+            and live.worker is not None
+            and live.worker.run_dir is not None
+            and outcome.results.get("scheduler")
+        ):
+            try:
+                paths = await asyncio.to_thread(
+                    write_report,
+                    live.worker.run_dir / "report",
+                    run_name=f"runs/{_run_id_of(live.key)}",
+                    results=outcome.results,
+                    timeline=live.worker.timeline,
+                )
+                outcome.results["report_path"] = str(paths.json_path)
+                outcome.results["plot_path"] = str(paths.plot_path)
+            except Exception:
+                log.exception("writing the report of %s failed", live.key)
         try:
             await self._finish(live, outcome.state, outcome.reason, outcome.results)
         finally:
@@ -642,11 +663,8 @@ class RunManager:
         live.finished = True
         old, live.notify = live.notify, asyncio.Event()
         old.set()
-        if state != "INTERRUPTED" or not self._accepting:
-            # Keep finished runs out of memory; the store has them.
-            self._live.pop(live.key, None)
-        else:
-            self._live.pop(live.key, None)
+        # Finished (or interrupted) runs leave memory; the store has them.
+        self._live.pop(live.key, None)
 
     # -- introspection ------------------------------------------------------------
     def counts(self) -> dict[str, int]:

@@ -50,17 +50,11 @@ def run_verdicts(run: str, results: Mapping[str, Any]) -> list[Verdict]:
     out: list[Verdict] = []
     for r in results.get("round_scores") or ():
         if isinstance(r, Mapping) and r.get("graded"):
-            out.append(
-                Verdict(
-                    run=run, round_id=str(r.get("round_id", "")), score=float(r.get("score") or 0.0)
-                )
-            )
+            out.append(Verdict(run=run, round_id=str(r.get("round_id", "")), score=float(r.get("score") or 0.0)))
     return out
 
 
-def _samples(
-    raw: list[dict[str, Any]], results: Mapping[str, Any], roles: tuple[str, ...]
-) -> list[Sample]:
+def _samples(raw: list[dict[str, Any]], results: Mapping[str, Any], roles: tuple[str, ...]) -> list[Sample]:
     records: list[CallRecord] = []
     for data in raw:
         try:
@@ -78,9 +72,7 @@ def _samples(
     # The calls table is keyed by the run, so every record in it belongs to
     # this run whatever label the in-sandbox proxy put in ``record.run``;
     # attach_rewards joins on that label, hence one verdict set per label.
-    verdicts = [
-        v for label in sorted({s.run for s in built.samples}) for v in run_verdicts(label, results)
-    ]
+    verdicts = [v for label in sorted({s.run for s in built.samples}) for v in run_verdicts(label, results)]
     return attach_rewards(built.samples, verdicts)
 
 

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import statistics
+import time
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from sclated.errors import FailedPrecondition, InvalidArgument, SclateError
 from sclated.runs._journal_json import entry_from_json, entry_to_json
 from sclated.runs._loop import RunLoop, RunSummary
 from sclated.runs._registry import Registry
+from sclated.runs._report import Timeline
 from sclated.runs._sandboxed import RunEnvironment
 from sclated.runs._spec import RunSpec
 from sclated.scheduler import (
@@ -141,6 +143,7 @@ class RunWorker:
         self._delays_ms: list[float] = []
         self._fire_wall: dict[str, int] = {}
         self.loop: RunLoop | None = None
+        self.timeline = Timeline()
 
     # -- building -------------------------------------------------------------
     def _make_scheduler(self) -> Scheduler:
@@ -175,6 +178,7 @@ class RunWorker:
     # -- observer (RunObserver) ------------------------------------------------
     def on_fire(self, record: FireRecord, wall_ns: int) -> None:
         self._fire_wall[record.event_id] = wall_ns
+        self.timeline.note_fire(wall_ns, record.fired_ns, record.event_id, [e.kind for e in record.effects])
         self.sink.journal(entry_to_json(record))
         self.sink.emit(
             "fire",
@@ -191,6 +195,7 @@ class RunWorker:
         self.sink.progress(record.fired_ns)
 
     def on_jump(self, jump: Jump) -> None:
+        self.timeline.note_jump(jump.wall_ns, jump.from_ns, jump.to_ns)
         self.sink.emit("jump", {"from_ns": jump.from_ns, "to_ns": jump.to_ns}, jump.to_ns)
 
     def on_lease(self, change: LeaseChange) -> None:
@@ -259,6 +264,7 @@ class RunWorker:
             async with self._turn_lock:
                 # The sandbox's `wait` may swap this lease while the turn sleeps.
                 self._turn_lease = lease
+                turn_started_wall, turn_started_sim = time.monotonic_ns(), loop.clock.now()
                 prompt = effect if isinstance(effect, DeliverPrompt) else DeliverPrompt(effect.text)
                 try:
                     result = await self.agent.deliver(prompt)
@@ -273,6 +279,7 @@ class RunWorker:
             round_id = prompt.round_id or ""
             reply = result.reply[:_REPLY_LIMIT]
             now = loop.clock.now()
+            self.timeline.note_turn(turn_started_wall, time.monotonic_ns(), turn_started_sim, round_id)
             self.sink.emit(
                 "turn",
                 {

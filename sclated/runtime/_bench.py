@@ -74,9 +74,7 @@ async def measure_publish_latency(sandbox: Sandbox, jumps: int = 20) -> list[flo
     try:
         inner = f"/run/sclate/{sock.name}"
         script = _WATCHER.replace("'", "'\"'\"'")
-        started = await sandbox.sh(
-            f"nohup python3 -c '{script}' {inner} >/dev/null 2>&1 &", timeout_s=10
-        )
+        started = await sandbox.sh(f"nohup python3 -c '{script}' {inner} >/dev/null 2>&1 &", timeout_s=10)
         if not started.ok:
             raise SclateError(f"could not start the watcher: {started.stderr!r}")
         async with asyncio.timeout(10):
@@ -105,9 +103,7 @@ async def measure_publish_latency(sandbox: Sandbox, jumps: int = 20) -> list[flo
             await asyncio.to_thread(sock.unlink)
 
 
-async def _raw_create_start(
-    rt: DockerRuntime, image: str, label: str, network: str | None = None
-) -> tuple[float, str]:
+async def _raw_create_start(rt: DockerRuntime, image: str, label: str, network: str | None = None) -> tuple[float, str]:
     config: dict[str, Any] = {
         "Image": image,
         "Cmd": ["sleep", "infinity"],
@@ -135,9 +131,7 @@ async def bench_sandbox(rounds: int = 10, jumps: int = 20) -> dict[str, float]:
     try:
 
         def spec(run: str) -> Any:
-            return manager.spec_for(
-                image=image, run=run, tenant="bench", run_dir=tmp / run, limits=limits
-            )
+            return manager.spec_for(image=image, run=run, tenant="bench", run_dir=tmp / run, limits=limits)
 
         # Warm the engine's caches for both paths before timing anything.
         warm = await manager.create(spec("warm"), tmp / "warm", sim_ns=_SIM_START_NS, probe=False)
@@ -172,10 +166,7 @@ async def bench_sandbox(rounds: int = 10, jumps: int = 20) -> dict[str, float]:
 
         t0 = time.perf_counter()
         many = await asyncio.gather(
-            *(
-                manager.create(spec(f"c{i}"), tmp / f"c{i}", sim_ns=_SIM_START_NS, probe=False)
-                for i in range(20)
-            )
+            *(manager.create(spec(f"c{i}"), tmp / f"c{i}", sim_ns=_SIM_START_NS, probe=False) for i in range(20))
         )
         result["concurrent_20_s"] = time.perf_counter() - t0
         await asyncio.gather(*(sb.remove() for sb in many))

@@ -149,9 +149,7 @@ class ModelBridge:
                 await writer.wait_closed()
             self._tasks.discard(task)  # type: ignore[arg-type]
 
-    async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, up: bool
-    ) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, up: bool) -> None:
         try:
             while data := await reader.read(_CHUNK):
                 writer.write(data)

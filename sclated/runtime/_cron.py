@@ -86,9 +86,7 @@ def _field(text: str, lo: int, hi: int, names: Mapping[str, int], what: str) -> 
         # Weekday 7 is Sunday too; allow it as a range end ("1-7").
         top = 7 if names is _DAYS else hi
         if not (lo <= start <= top and lo <= end <= top) or start > end:
-            raise InvalidArgument(
-                f"cron {what}: {part!r} is outside {lo}-{hi}", field=what
-            )
+            raise InvalidArgument(f"cron {what}: {part!r} is outside {lo}-{hi}", field=what)
         values.update(range(start, end + 1, step))
     if names is _DAYS and 7 in values:
         values.discard(7)
@@ -140,12 +138,8 @@ class CronExpr:
             day_star=dom.startswith("*"),
             weekday_star=dow.startswith("*"),
         )
-        if expr.weekday_star and not any(
-            d <= _DAYS_IN_MONTH[m - 1] for m in expr.months for d in expr.days
-        ):
-            raise InvalidArgument(
-                f"cron: {src!r} never fires (no such day in those months)", field="schedule"
-            )
+        if expr.weekday_star and not any(d <= _DAYS_IN_MONTH[m - 1] for m in expr.months for d in expr.days):
+            raise InvalidArgument(f"cron: {src!r} never fires (no such day in those months)", field="schedule")
         return expr
 
     def _day_ok(self, day: dt.date) -> bool:
@@ -238,9 +232,7 @@ class CronTable:
                 else:
                     fields = line.split(None, 5)
                     if len(fields) < 6:
-                        raise InvalidArgument(
-                            "expected five schedule fields and a command", field="line"
-                        )
+                        raise InvalidArgument("expected five schedule fields and a command", field="line")
                     schedule, rest = " ".join(fields[:5]), fields[5]
                 expr = CronExpr.parse(schedule)
                 user = None
@@ -250,14 +242,10 @@ class CronTable:
                 if not rest:
                     raise InvalidArgument("no command", field="line")
             except InvalidArgument as exc:
-                raise InvalidArgument(
-                    f"crontab line {no}: {exc.message}: {raw!r}", field=f"line {no}"
-                ) from None
+                raise InvalidArgument(f"crontab line {no}: {exc.message}: {raw!r}", field=f"line {no}") from None
             # Unescaped % ends the command in cron (the rest is stdin); we keep
             # the command whole, which is what harness crontabs rely on.
-            entries.append(
-                CronEntry(expr, rest, no, user, MappingProxyType(dict(env)))
-            )
+            entries.append(CronEntry(expr, rest, no, user, MappingProxyType(dict(env))))
         return cls(tuple(entries))
 
     @property

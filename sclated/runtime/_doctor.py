@@ -69,9 +69,7 @@ async def run_doctor(*, sandbox_image: str = "sclate-sandbox") -> list[Check]:
             )
         sandbox_ref = await image_ref(sandbox_image)
         if sandbox_ref in missing:
-            checks.append(
-                Check("simulated time in a sandbox", False, "skipped: no sandbox image", _BUILD_FIX)
-            )
+            checks.append(Check("simulated time in a sandbox", False, "skipped: no sandbox image", _BUILD_FIX))
         else:
             checks.extend(await _sandbox_checks(runtime, sandbox_ref))
     finally:
@@ -100,9 +98,7 @@ async def _sandbox_checks(runtime: DockerRuntime, image: str) -> list[Check]:
         except SclateError as exc:
             return [Check("sandbox start", False, exc.message, _BUILD_FIX)]
         try:
-            checks.append(
-                Check("sandbox start", True, f"{(time.monotonic() - t0) * 1000:.0f} ms")
-            )
+            checks.append(Check("sandbox start", True, f"{(time.monotonic() - t0) * 1000:.0f} ms"))
             try:
                 probe = await sandbox.probe_time()
                 checks.append(

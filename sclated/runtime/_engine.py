@@ -34,8 +34,7 @@ __all__ = [
 CHUNK = 1 << 20
 
 _ENGINE_HINT = (
-    "start it with `make system` (or `sudo systemctl start docker`), "
-    "or point DOCKER_HOST at a running engine"
+    "start it with `make system` (or `sudo systemctl start docker`), or point DOCKER_HOST at a running engine"
 )
 
 
@@ -55,9 +54,7 @@ async def connect(*, ping: bool = True) -> aiodocker.Docker:
                 await docker.version()
         except (DockerError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             await docker.close()
-            raise RuntimeUnavailable(
-                f"the Docker engine is not answering ({_describe(exc)}); {_ENGINE_HINT}"
-            ) from exc
+            raise RuntimeUnavailable(f"the Docker engine is not answering ({_describe(exc)}); {_ENGINE_HINT}") from exc
     return docker
 
 
@@ -115,9 +112,7 @@ def raw_query(
     )
 
 
-async def json_lines(
-    response: aiohttp.ClientResponse, on_item: Callable[[dict[str, Any]], None]
-) -> None:
+async def json_lines(response: aiohttp.ClientResponse, on_item: Callable[[dict[str, Any]], None]) -> None:
     """Feed each JSON object of a progress stream (build, import) to on_item."""
     buf = b""
     async for chunk in response.content.iter_any():

@@ -166,14 +166,12 @@ def register(recipe: ImageRecipe) -> None:
     """Add an image (its parent must be registered first)."""
     if recipe.parent is not None and recipe.parent not in _REGISTRY:
         raise InvalidArgument(
-            f"image {recipe.name!r}: parent {recipe.parent!r} is not registered; "
-            "register the parent first",
+            f"image {recipe.name!r}: parent {recipe.parent!r} is not registered; register the parent first",
             field="parent",
         )
     if (recipe.parent is None) == (recipe.debootstrap is None):
         raise InvalidArgument(
-            f"image {recipe.name!r}: give exactly one of parent (a Dockerfile build) "
-            "or debootstrap (a root filesystem)"
+            f"image {recipe.name!r}: give exactly one of parent (a Dockerfile build) or debootstrap (a root filesystem)"
         )
     _REGISTRY[recipe.name] = recipe
 
@@ -187,9 +185,7 @@ def _recipe(name: str) -> ImageRecipe:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise NotFound(
-            f"no image recipe named {name!r}; known: {', '.join(_REGISTRY)}"
-        ) from None
+        raise NotFound(f"no image recipe named {name!r}; known: {', '.join(_REGISTRY)}") from None
 
 
 def images_dir() -> Path:
@@ -215,9 +211,7 @@ def _folder(recipe: ImageRecipe) -> Path:
 
 
 def _recipe_files(folder: Path) -> list[Path]:
-    return sorted(
-        p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-    )
+    return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
 def _sha_file(path: Path) -> str:
@@ -311,9 +305,7 @@ async def _image_id(docker: aiodocker.Docker, ref: str) -> str | None:
     return str(info["Id"])
 
 
-async def build_all(
-    progress: Progress | None = None, *, names: Sequence[str] | None = None
-) -> list[BuiltImage]:
+async def build_all(progress: Progress | None = None, *, names: Sequence[str] | None = None) -> list[BuiltImage]:
     """Build every registered image (or ``names`` and their parents) that is missing."""
     say = progress or (lambda _line: None)
     wanted = list(names) if names else [r.name for r in recipes()]
@@ -373,9 +365,7 @@ async def _tag_latest(docker: aiodocker.Docker, ref: str, name: str) -> None:
         raise docker_error(exc, f"tagging {ref} as {name}:latest") from exc
 
 
-async def _stream_process(
-    argv: Sequence[str], say: Progress, prefix: str, *, keep: int = 40
-) -> list[str]:
+async def _stream_process(argv: Sequence[str], say: Progress, prefix: str, *, keep: int = 40) -> list[str]:
     """Run a host command, showing its output; raise with its tail on failure."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -402,30 +392,23 @@ async def _stream_process(
             await proc.wait()
         raise
     if code != 0:
-        raise FailedPrecondition(
-            f"`{' '.join(argv[:3])} ...` failed with exit code {code}:\n" + "\n".join(tail[-15:])
-        )
+        raise FailedPrecondition(f"`{' '.join(argv[:3])} ...` failed with exit code {code}:\n" + "\n".join(tail[-15:]))
     return tail
 
 
 # debootstrap -> tar -> /images/create?fromSrc=-
 
 
-async def _build_debootstrap(
-    docker: aiodocker.Docker, recipe: ImageRecipe, tag: str, say: Progress
-) -> None:
+async def _build_debootstrap(docker: aiodocker.Docker, recipe: ImageRecipe, tag: str, say: Progress) -> None:
     assert recipe.debootstrap is not None
     spec = recipe.debootstrap
     if os.geteuid() != 0:
         raise FailedPrecondition(
-            f"building {recipe.name} runs debootstrap, which needs root: "
-            "run `sudo .venv/bin/sclate images build` once"
+            f"building {recipe.name} runs debootstrap, which needs root: run `sudo .venv/bin/sclate images build` once"
         )
     tool = shutil.which("debootstrap")
     if tool is None:
-        raise FailedPrecondition(
-            "debootstrap is not installed; run `make system` (or `apt-get install debootstrap`)"
-        )
+        raise FailedPrecondition("debootstrap is not installed; run `make system` (or `apt-get install debootstrap`)")
     folder = _folder(recipe)
     text = await asyncio.to_thread((folder / spec.packages_file).read_text)
     packages = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
@@ -457,9 +440,7 @@ def _slim_rootfs(root: Path) -> None:
                 entry.unlink()
 
 
-async def _import_rootfs(
-    docker: aiodocker.Docker, root: Path, repo: str, tag: str, say: Progress
-) -> None:
+async def _import_rootfs(docker: aiodocker.Docker, root: Path, repo: str, tag: str, say: Progress) -> None:
     proc = await asyncio.create_subprocess_exec(
         "tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", "-", ".",
         stdin=asyncio.subprocess.DEVNULL,
@@ -546,9 +527,7 @@ async def _prepare_wheels(recipe: ImageRecipe, folder: Path, say: Progress) -> P
     return dest
 
 
-def _write_context(
-    tar_path: Path, folder: Path, wheels: Path | None, extra: Iterable[tuple[str, Path]]
-) -> None:
+def _write_context(tar_path: Path, folder: Path, wheels: Path | None, extra: Iterable[tuple[str, Path]]) -> None:
     with tarfile.open(tar_path, "w") as tar:
         for path in _recipe_files(folder):
             tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
@@ -568,9 +547,7 @@ def _write_context(
         tar.addfile(info, io.BytesIO(note))
 
 
-async def _build_dockerfile(
-    docker: aiodocker.Docker, recipe: ImageRecipe, tag: str, say: Progress
-) -> None:
+async def _build_dockerfile(docker: aiodocker.Docker, recipe: ImageRecipe, tag: str, say: Progress) -> None:
     assert recipe.parent is not None
     folder = _folder(recipe)
     if not await asyncio.to_thread((folder / "Dockerfile").is_file):

@@ -60,7 +60,7 @@ _PROBE_FILE = f"{SANDBOX_DIR}/time/probe.rc"
 _PROBE_SCRIPT = (
     "date -u +%s; "
     'python3 -c "import time; t = time.time(); time.sleep(0.01); '
-    "print(repr(t)); print(repr(time.time() - t))\""
+    'print(repr(t)); print(repr(time.time() - t))"'
 )
 
 
@@ -114,9 +114,7 @@ class TimeProbe:
 class Sandbox:
     """One started container of a run, with its host directory."""
 
-    def __init__(
-        self, runtime: Runtime, info: ContainerInfo, spec: SandboxSpec, paths: SandboxPaths
-    ) -> None:
+    def __init__(self, runtime: Runtime, info: ContainerInfo, spec: SandboxSpec, paths: SandboxPaths) -> None:
         self.runtime = runtime
         self.info = info
         self.spec = spec
@@ -150,9 +148,7 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
     ) -> ExecResult:
-        return await self.runtime.exec(
-            self.id, cmd, user=user, workdir=workdir, env=env, timeout_s=timeout_s
-        )
+        return await self.runtime.exec(self.id, cmd, user=user, workdir=workdir, env=env, timeout_s=timeout_s)
 
     async def sh(self, script: str, *, timeout_s: float | None = None) -> ExecResult:
         return await self.exec(["sh", "-c", script], timeout_s=timeout_s)
@@ -179,9 +175,7 @@ class Sandbox:
         mounted directory, which proves the same path: rename, re-read, jump.
         """
         started = time.monotonic()
-        offset_ns = await asyncio.to_thread(
-            lambda: _parse_offset_ns(self.paths.time_file.read_text().strip())
-        )
+        offset_ns = await asyncio.to_thread(lambda: _parse_offset_ns(self.paths.time_file.read_text().strip()))
         first = await self._probe_once(None)
         expected = (time.time_ns() + offset_ns) / _NS
         date_s, py_s, sleep_s = first
@@ -233,9 +227,7 @@ class Sandbox:
             )
         return values
 
-    def _check(
-        self, what: str, got: float, expected: float, raw: tuple[float, float, float]
-    ) -> None:
+    def _check(self, what: str, got: float, expected: float, raw: tuple[float, float, float]) -> None:
         if abs(got - expected) > _PROBE_TOLERANCE_S:
             raise FailedPrecondition(
                 f"time probe in sandbox {self.info.name}: {what} reads {got:.3f} but the "

@@ -60,8 +60,7 @@ class SnapshotInfo:
             text = await asyncio.to_thread(path.read_text)
         except FileNotFoundError:
             raise NotFound(
-                f"no snapshot in {snapshot_dir} (missing {_META}); list the run's snapshots "
-                "and pick one that exists"
+                f"no snapshot in {snapshot_dir} (missing {_META}); list the run's snapshots and pick one that exists"
             ) from None
         return cls.from_json(text)
 
@@ -74,11 +73,7 @@ async def _next_n(runtime: Runtime, run: str) -> int:
     # n counts up per run name across tenants and daemons, so a commit never
     # moves another snapshot's tag.
     prefix = f"{SNAPSHOT_REPO}:{run}-"
-    used = [
-        int(tag[len(prefix):])
-        for tag in await runtime.image_tags(f"{prefix}*")
-        if tag[len(prefix):].isdigit()
-    ]
+    used = [int(tag[len(prefix) :]) for tag in await runtime.image_tags(f"{prefix}*") if tag[len(prefix) :].isdigit()]
     return max(used, default=0) + 1
 
 
@@ -151,9 +146,7 @@ async def restore(runtime: Runtime, info: SnapshotInfo, spec: SandboxSpec) -> Co
 
     NotFound if the image or an archive is gone; nothing is left behind on failure.
     """
-    missing = [
-        tar for _, tar in info.archives if not await asyncio.to_thread(Path(tar).is_file)
-    ]
+    missing = [tar for _, tar in info.archives if not await asyncio.to_thread(Path(tar).is_file)]
     if missing:
         raise NotFound(
             f"snapshot {info.image}: archive(s) {', '.join(missing)} are gone; "

@@ -77,9 +77,7 @@ class Limits:
                 field="limits.memory_bytes",
             )
         if self.nano_cpus <= 0:
-            raise InvalidArgument(
-                "limits.nano_cpus must be > 0 (1_000_000_000 = one CPU)", field="limits.nano_cpus"
-            )
+            raise InvalidArgument("limits.nano_cpus must be > 0 (1_000_000_000 = one CPU)", field="limits.nano_cpus")
         if self.pids <= 0:
             raise InvalidArgument("limits.pids must be > 0", field="limits.pids")
 
@@ -129,9 +127,7 @@ class SandboxSpec:
             targets.add(m.target)
         for m in self.mounts:
             if not m.source.startswith("/"):
-                raise InvalidArgument(
-                    f"mount source {m.source!r} must be an absolute host path", field="mounts"
-                )
+                raise InvalidArgument(f"mount source {m.source!r} must be an absolute host path", field="mounts")
         for v in self.volumes:
             check_name(v.name, "volume name")
         if self.network_mode not in _NETWORK_MODES:
@@ -144,8 +140,7 @@ class SandboxSpec:
         if self.command is not None:
             object.__setattr__(self, "command", tuple(self.command))
             if not self.command:
-                raise InvalidArgument("command is empty: give None for the image's default",
-                                      field="command")
+                raise InvalidArgument("command is empty: give None for the image's default", field="command")
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,9 @@ class Scheduler:
                 has_after = True
                 if trig.delay_ns < 0:
                     raise ScheduleError(
-                        f"event {eid!r} has a negative delay ({trig.delay_ns} ns)", event_id=eid, reason="NEGATIVE_DELAY"
+                        f"event {eid!r} has a negative delay ({trig.delay_ns} ns)",
+                        event_id=eid,
+                        reason="NEGATIVE_DELAY",
                     )
                 if not trig.deps:
                     raise ScheduleError(f"event {eid!r} waits on no dependency", event_id=eid, reason="NO_DEPENDENCY")
@@ -187,7 +189,9 @@ class Scheduler:
                 if not callable(trig.predicate):
                     raise ScheduleError(f"event {eid!r} has a condition that is not callable", event_id=eid)
             else:
-                raise ScheduleError(f"event {eid!r} has an unknown trigger {trig!r}", event_id=eid, reason="BAD_TRIGGER")
+                raise ScheduleError(
+                    f"event {eid!r} has an unknown trigger {trig!r}", event_id=eid, reason="BAD_TRIGGER"
+                )
         if not has_after:
             return  # the common case (timed events from a lazy source) ends here
         # Dependencies: known, and no cycle. Existing events never depend on new
@@ -305,9 +309,7 @@ class Scheduler:
     # -- firing ---------------------------------------------------------------
     def advance(self, now_ns: int) -> None:
         if now_ns < self._now:
-            raise InvalidArgument(
-                f"simulated time never goes backwards: {now_ns} < {self._now}", field="now_ns"
-            )
+            raise InvalidArgument(f"simulated time never goes backwards: {now_ns} < {self._now}", field="now_ns")
         self._now = now_ns
 
     def pop_due(self, now_ns: int) -> FireRecord | None:

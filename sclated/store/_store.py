@@ -256,9 +256,7 @@ class Store:
 
     async def get_run(self, name: str) -> RunRow | None:
         def q() -> RunRow | None:
-            r = self.conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE name=?", (name,)
-            ).fetchone()
+            r = self.conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE name=?", (name,)).fetchone()
             return _row_to_run(r) if r else None
 
         return await self._run(q)
@@ -296,15 +294,11 @@ class Store:
         return await self._run(q)
 
     async def max_run_seq(self) -> int:
-        return await self._run(
-            lambda: int(self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM runs").fetchone()[0])
-        )
+        return await self._run(lambda: int(self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM runs").fetchone()[0]))
 
     async def request_index(self) -> dict[tuple[str, str], str]:
         def q() -> dict[tuple[str, str], str]:
-            rows = self.conn.execute(
-                "SELECT tenant, request_id, name FROM runs WHERE request_id IS NOT NULL"
-            )
+            rows = self.conn.execute("SELECT tenant, request_id, name FROM runs WHERE request_id IS NOT NULL")
             return {(r[0], r[1]): r[2] for r in rows}
 
         return await self._run(q)
@@ -350,10 +344,7 @@ class Store:
             if batch.events:
                 conn.executemany(
                     "INSERT OR IGNORE INTO run_events (run, seq, kind, sim_ns, wall_ns, payload) VALUES (?,?,?,?,?,?)",
-                    [
-                        (e.run, e.seq, e.kind, e.sim_ns, e.wall_ns, json.dumps(e.payload))
-                        for e in batch.events
-                    ],
+                    [(e.run, e.seq, e.kind, e.sim_ns, e.wall_ns, json.dumps(e.payload)) for e in batch.events],
                 )
             if batch.journal:
                 conn.executemany(
@@ -414,9 +405,7 @@ class Store:
                     (name, run, tenant, create_ns, sim_ns, journal_length, json.dumps(info)),
                 )
             except sqlite3.IntegrityError as exc:
-                raise AlreadyExists(
-                    f"snapshot {name!r} already exists", field="snapshot_id"
-                ) from exc
+                raise AlreadyExists(f"snapshot {name!r} already exists", field="snapshot_id") from exc
 
         await self._run(self._tx, tx)
 
@@ -443,10 +432,7 @@ class Store:
     async def list_snapshots(self, run: str) -> list[dict[str, Any]]:
         def q() -> list[str]:
             return [
-                r[0]
-                for r in self.conn.execute(
-                    "SELECT name FROM snapshots WHERE run=? ORDER BY create_ns", (run,)
-                )
+                r[0] for r in self.conn.execute("SELECT name FROM snapshots WHERE run=? ORDER BY create_ns", (run,))
             ]
 
         out = []
@@ -471,9 +457,6 @@ class Store:
 
     async def calls(self, run: str) -> list[dict[str, Any]]:
         def q() -> list[dict[str, Any]]:
-            return [
-                json.loads(r[0])
-                for r in self.conn.execute("SELECT record FROM calls WHERE run=?", (run,))
-            ]
+            return [json.loads(r[0]) for r in self.conn.execute("SELECT record FROM calls WHERE run=?", (run,))]
 
         return await self._run(q)
