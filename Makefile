@@ -9,7 +9,7 @@ WHEEL_CACHE ?= $(HOME)/.cache/sclate/wheels
 LLAMA_VERSION := 0.3.36
 DATA ?=
 
-.PHONY: demo test system venv images lint proto bench clean
+.PHONY: demo test system venv images ts lint proto clean
 
 system:
 	@bash scripts/setup-system.sh
@@ -35,16 +35,30 @@ $(VENV)/.stamp: pyproject.toml $(WHEEL_CACHE)/.llama-$(LLAMA_VERSION)
 
 venv: $(VENV)/.stamp
 
+# Sandbox images are built locally (debootstrap base, then layers); content-hashed
+# tags make this a no-op when no recipe changed.
 images: system venv
 	@$(VENV)/bin/sclate images build
 
-demo: system venv
+# The TypeScript client's dependencies, from its lock file.
+clients/typescript/node_modules/.package-lock.json: clients/typescript/package-lock.json
+	@echo "[setup] TypeScript client dependencies (npm ci)"
+	@cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
+
+ts: clients/typescript/node_modules/.package-lock.json
+
+demo: system venv images
 	@$(VENV)/bin/sclate demo $(if $(DATA),--data-dir $(DATA),)
 
-test: system venv
+test: system venv images ts
+	@echo "[test] ruff"
 	@$(VENV)/bin/ruff check .
+	@echo "[test] mypy"
 	@$(VENV)/bin/mypy
-	@$(PY) -m pytest -q
+	@echo "[test] pytest (unit, API, real daemon processes, Docker sandboxes, the embedded model)"
+	@$(PY) -m pytest -q -p no:cacheprovider
+	@echo "[test] TypeScript client against a real daemon"
+	@cd clients/typescript && SCLATED=$(CURDIR)/$(VENV)/bin/sclated npm test --silent
 
 lint: venv
 	@$(VENV)/bin/ruff check .

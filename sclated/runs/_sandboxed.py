@@ -274,7 +274,7 @@ class SandboxedHarness:
             log_tail = await self._sandbox.sh("tail -n 20 /var/log/sclate-proxy.log", timeout_s=10)
             raise FailedPrecondition(
                 "the capture proxy in the sandbox did not start listening within 15 s: "
-                f"{log_tail.stdout.strip()[-800:]}"
+                f"{log_tail.stdout.decode(errors='replace').strip()[-800:]}"
             )
 
     async def close(self) -> None:
@@ -356,7 +356,7 @@ class SandboxedHarness:
         if self._sandbox is None:
             raise FailedPrecondition("the sandbox is not running")
         res = await self._sandbox.exec(["sh", "-c", command], workdir="/workspace", timeout_s=timeout_s)
-        return res.exit_code, (res.stdout + res.stderr)[-8000:]
+        return res.exit_code, (res.stdout + res.stderr)[-8000:].decode(errors="replace")
 
     async def run_job(self, command: str, *, holder: str, timeout_s: float) -> tuple[int, str]:
         """A cron job: model calls go through the memory listener, so they are attributed to memory."""
@@ -365,8 +365,8 @@ class SandboxedHarness:
         env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{AGENT_PORTS['memory']}/v1"}
         res = await self._sandbox.exec(["sh", "-c", command], workdir="/workspace", env=env, timeout_s=timeout_s)
         if res.exit_code != 0:
-            log.warning("job %r (%s) exited %s: %s", command, holder, res.exit_code, res.stderr[-500:])
-        return res.exit_code, (res.stdout + res.stderr)[-8000:]
+            log.warning("job %r (%s) exited %s: %r", command, holder, res.exit_code, res.stderr[-500:])
+        return res.exit_code, (res.stdout + res.stderr)[-8000:].decode(errors="replace")
 
     async def seed_workspace(self, src: Path, dest: str) -> None:
         """Copy a host directory's contents into the sandbox (a day's files)."""
@@ -390,8 +390,10 @@ def _tar_dir(src: Path, out: Path) -> None:
 
 
 async def _image_ref(name: str) -> str:
+    from adapters.reference_harness.image import register_image
     from sclated.runtime import image_ref
 
+    register_image()
     try:
         ref: str = await image_ref(name)
     except SclateError as exc:

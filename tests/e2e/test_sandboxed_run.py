@@ -1,0 +1,188 @@
+"""The main path for real: a daemon process, Docker sandboxes built locally, the
+embedded llama.cpp model, mitmdump capture, simulated days."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import grpc
+import pytest
+from sclate.v1 import sclate_pb2 as pb
+from sclate.v1 import sclate_pb2_grpc as pb_grpc
+
+from sclated.bench._daemon import start_daemon_process
+from sclated.clock import ClockConfig, ClockMode, SimClock
+from sclated.runs import Resources, RunLoop
+from sclated.runs._model_service import EmbeddedModel
+from sclated.runs._sandboxed import RunEnvironment, SandboxedHarness, SandboxServices
+from sclated.scheduler import At, EventSpec, Scheduler, StopRun
+from sclated.store import Store
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
+
+FAST = {"max_tokens": 24, "max_steps": 2}
+H = 3600 * 1_000_000_000
+
+
+async def _containers_of(run_id: str) -> list[dict[str, Any]]:
+    async with aiodocker.Docker() as docker:
+        found: list[dict[str, Any]] = await docker.containers.list(
+            all=True, filters=json.dumps({"label": [f"sclate.run={run_id}"]})
+        )
+        return found
+
+
+async def test_metaclaw_tiny_with_the_reference_harness(tmp_path: Path) -> None:
+    proc, ready = await start_daemon_process(tmp_path / "state")
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny"),
+                agent=pb.AgentSpec(harness="reference"),
+            )
+            run.agent.options.update(FAST)
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="mc-tiny"))
+            events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name))]
+            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
+            assert final.state == pb.SUCCEEDED, final.state_reason
+            r = final.results
+            assert r.rounds == 6 and r.rounds_graded == 6
+            s = r.scheduler
+            assert s.events_fired == s.events_scheduled and s.in_order
+            assert s.jumps > 0 and s.sim_span_s > 2 * 86400  # three weekdays, nights skipped
+            assert 0 <= s.delivery_delay_ms_p50 <= s.delivery_delay_ms_max
+            assert s.compression_ratio > 1 and s.compression_limit >= s.compression_ratio * 0.5
+            roles = {c.role: c for c in r.calls}
+            assert roles["agent"].calls > 0 and roles["agent"].completion_tokens > 0
+            # The harness's nightly consolidation cron ran as an event and was captured as memory.
+            assert roles["memory"].calls > 0
+            assert any(e.WhichOneof("kind") == "fire" and "cron" in e.fire.event_id for e in events)
+            turns = [e for e in events if e.WhichOneof("kind") == "turn"]
+            assert len(turns) >= 6
+            assert Path(r.report_path).is_file() and Path(r.plot_path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            data = bytearray()
+            rows = 0
+            async for chunk in stub.ExportTrajectories(pb.ExportTrajectoriesRequest(run=created.name, format="skyrl")):
+                data += chunk.data
+                rows = rows or chunk.rows
+            lines = [json.loads(line) for line in data.decode().splitlines()]
+            assert rows == len(lines) > 0
+            for row in lines:
+                assert len(row["response_ids"]) == len(row["loss_masks"])
+                if row["rollout_logprobs"] is not None:
+                    assert len(row["rollout_logprobs"]) == len(row["response_ids"])
+            assert any(sum(row["loss_masks"]) > 0 for row in lines)
+        assert await _containers_of("mc-tiny") == []  # the sandbox is gone with the run
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+
+
+async def test_longmemeval_tiny_is_judged_by_the_embedded_model(tmp_path: Path) -> None:
+    proc, ready = await start_daemon_process(tmp_path / "state")
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny"),
+                agent=pb.AgentSpec(harness="reference"),
+            )
+            run.agent.options.update(FAST)
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run))
+            events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name))]
+            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
+            assert final.state == pb.SUCCEEDED, final.state_reason
+            assert final.results.rounds_graded == final.results.rounds >= 1
+            verdicts = [e.verdict for e in events if e.WhichOneof("kind") == "verdict"]
+            assert verdicts and all(v.graded for v in verdicts)
+            assert final.results.scheduler.jumps > 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+
+
+class _FarStop:
+    """One event a month away, so the loop has somewhere to jump to and stays alive."""
+
+    name = "far"
+
+    def __init__(self, at: int) -> None:
+        self._at = at
+        self._given = False
+
+    def poll(self, snapshot: object) -> list[EventSpec]:
+        if self._given:
+            return []
+        self._given = True
+        return [EventSpec("stop", At(self._at), (StopRun("test over"),))]
+
+
+async def test_sclate_wait_inside_releases_the_turn_and_jumps_the_clock(tmp_path: Path) -> None:
+    start = 1_780_000_000 * 1_000_000_000
+    sched = Scheduler(start_ns=start, sources=[_FarStop(start + 30 * 24 * H)])
+    clock = SimClock(ClockConfig(ClockMode.HYBRID, start_ns=start))
+    loop = RunLoop(sched, clock, lambda fire, effect: None)
+    store = Store(tmp_path / "db.sqlite")
+    await store.open()
+    services = SandboxServices(
+        state_dir=tmp_path, daemon_id="sclated-waittest", store=store, model=EmbeddedModel(log_path=tmp_path / "m.log")
+    )
+    turn: dict[str, Any] = {"lease": None}
+
+    def set_turn(lease: Any) -> None:
+        turn["lease"] = lease
+
+    env = RunEnvironment(
+        run_key="t/wait-test",
+        tenant="t",
+        run_id="wait-test",
+        run_dir=Path(tempfile.mkdtemp(dir=tmp_path)),
+        sim_now=clock.now,
+        leases=clock.leases,
+        sleep_until=loop.sleep_until,
+        turn_lease=lambda: turn["lease"],
+        set_turn_lease=set_turn,
+        add_time_publisher=clock.add_publisher,
+        model_base_url="http://127.0.0.1:9",  # never called here
+        model_api="openai",
+        model_name="",
+        resources=Resources(),
+        workspace_seed=None,
+        resume=False,
+    )
+    harness = SandboxedHarness({"probe": True}, services)
+    loop_task: asyncio.Task[Any] | None = None
+    try:
+        # As in a run: the sandbox is ready and a turn is busy before the loop starts.
+        await harness.prepare(env)
+        set_turn(clock.leases.acquire("turn:test", "reference"))
+        loop_task = asyncio.create_task(loop.run())
+        wall0 = time.monotonic()
+        res = await harness.exec_in_workspace('sclate-wait --for 3h && date -u +%s', timeout_s=60)
+        assert res[0] == 0, res[1]
+        inside_s = int(res[1].strip().splitlines()[-1])
+        assert time.monotonic() - wall0 < 30  # three simulated hours, not three real ones
+        assert clock.now() >= start + 3 * H
+        assert abs(inside_s - (start + 3 * H) / 1e9) < 60  # the sandbox saw the new time
+        assert clock.jumps >= 1
+        # The turn goes on after the wait, under a fresh lease the turn owner releases.
+        assert turn["lease"] is not None and clock.leases.is_held(turn["lease"])
+        bad = await harness.exec_in_workspace("sclate-wait --for soon", timeout_s=30)
+        assert bad[0] != 0 and "soon" in bad[1]
+        clock.leases.release(turn["lease"])
+    finally:
+        loop.request_stop("test done")
+        if loop_task is not None:
+            await loop_task
+        await harness.close()
+        await services.close()
+        await store.close()
+    assert await _containers_of("wait-test") == []
