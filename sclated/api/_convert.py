@@ -9,9 +9,10 @@ from sclate.v1 import sclate_pb2 as pb
 
 from sclated.errors import InvalidArgument
 from sclated.runs import RunSpec, RunView
+from sclated.runs._snapshots import SnapshotView
 from sclated.store import EventRow
 
-__all__ = ["event_to_proto", "run_spec_from_proto", "run_to_proto"]
+__all__ = ["event_to_proto", "run_spec_from_proto", "run_to_proto", "snapshot_to_proto"]
 
 _MAX_OPTIONS_BYTES = 64 * 1024
 _CLOCK_MODES = {
@@ -208,3 +209,13 @@ def event_to_proto(ev: EventRow, run_name: str) -> pb.RunEvent:
     elif ev.kind == "state":
         out.state.CopyFrom(pb.StateChangeEvent(state=pb.State.Value(p["state"]), reason=p.get("reason", "")))
     return out
+
+
+def snapshot_to_proto(view: SnapshotView) -> pb.Snapshot:
+    return pb.Snapshot(
+        name=view.name,
+        sim_time=_ts(view.sim_ns),
+        create_time=_ts(view.create_ns),
+        journal_length=view.journal_length,
+        image=view.image,
+    )

@@ -15,7 +15,7 @@ from sclate.v1 import sclate_pb2 as pb
 from sclate.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.api._auth import current_tenant
-from sclated.api._convert import event_to_proto, run_spec_from_proto, run_to_proto
+from sclated.api._convert import event_to_proto, run_spec_from_proto, run_to_proto, snapshot_to_proto
 from sclated.capture import Sample
 from sclated.errors import InvalidArgument
 from sclated.runs import RunManager
@@ -96,6 +96,22 @@ class SclateServicer(pb_grpc.SclateServicer):
     ) -> AsyncIterator[pb.RunEvent]:
         async for ev in self._runs.watch(current_tenant.get(), request.name, request.after_seq):
             yield event_to_proto(ev, request.name)
+
+    async def SaveSnapshot(self, request: pb.SaveSnapshotRequest, context: grpc.aio.ServicerContext) -> pb.Snapshot:
+        view = await self._runs.snapshots.save(current_tenant.get(), request.run, request.snapshot_id)
+        return snapshot_to_proto(view)
+
+    async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context: grpc.aio.ServicerContext) -> pb.Run:
+        view = await self._runs.snapshots.restore(
+            current_tenant.get(), request.snapshot, request.new_run_id, dict(request.labels)
+        )
+        return run_to_proto(view)
+
+    async def ListSnapshots(
+        self, request: pb.ListSnapshotsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSnapshotsResponse:
+        views = await self._runs.snapshots.list(current_tenant.get(), request.run)
+        return pb.ListSnapshotsResponse(snapshots=[snapshot_to_proto(v) for v in views])
 
     async def ListBenchmarks(
         self, request: pb.ListBenchmarksRequest, context: grpc.aio.ServicerContext

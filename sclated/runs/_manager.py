@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -252,6 +253,10 @@ class RunManager:
         self._accepting = False
         self._seq = 0
         self.judge_factory: Any = None
+        from sclated.runs._snapshots import Snapshots
+
+        self.snapshots = Snapshots(self)
+        """Save / restore / branch (see sclated.runs._snapshots)."""
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -601,6 +606,10 @@ class RunManager:
     async def _execute(self, live: _Live) -> None:
         outcome: RunOutcome
         try:
+            # A run restored from a snapshot (or branched) resumes from the snapshot's journal.
+            restore = await self.store.restore_marker(live.key)
+            if restore is not None:
+                live.resume = True
             journal = await self.store.journal(live.key) if live.resume else None
             spec = RunSpec.from_dict(live.row.spec)
             judge = self.judge_factory(spec) if self.judge_factory is not None else None
@@ -609,7 +618,13 @@ class RunManager:
                 live.key, spec, self.registry, _Sink(self, live), journal=journal, judge=judge, run_dir=run_dir
             )
             live.worker = worker
+            worker.on_save_snapshot = functools.partial(self.snapshots.on_effect, live)
+            if restore is not None:
+                worker.restore_from = Path(restore[1])
+                worker.on_restored = functools.partial(self.store.clear_restore_marker, live.key)
             reason = "resumed from the last durable point" if live.resume else "admitted"
+            if restore is not None:
+                reason = f"restoring from {restore[0]}"
             self._set_state(live, "RUNNING", reason, start_ns=live.row.start_ns or time.time_ns())
             outcome = await worker.run()
         except asyncio.CancelledError:

@@ -18,7 +18,7 @@ import shlex
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,14 @@ from urllib.parse import urlsplit
 from adapters import TurnResult
 from sclated.capture import CallRecord, CaptureSink
 from sclated.clock import Lease
-from sclated.errors import FailedPrecondition, InvalidArgument, ModelUnavailable, RuntimeUnavailable, SclateError
+from sclated.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    ModelUnavailable,
+    NotFound,
+    RuntimeUnavailable,
+    SclateError,
+)
 from sclated.runs._control import ControlServer
 from sclated.runs._model_service import EmbeddedModel
 from sclated.scheduler import DeliverPrompt, EventSource
@@ -87,6 +94,9 @@ class RunEnvironment:
     resources: Any
     workspace_seed: Path | None
     resume: bool
+    restore_from: Path | None = None
+    """A snapshot directory: the sandbox is created from its ``sandbox/`` part (see
+    SandboxedHarness.snapshot) instead of fresh or adopted."""
 
 
 class _StoreRecords:
@@ -239,7 +249,12 @@ class SandboxedHarness:
             for c in await runtime.list_containers({"sclate.run": run_id})
             if c.labels.get("sclate.tenant") == env.tenant
         ]
-        if env.resume and existing and existing[0].state in ("running", "paused"):
+        if env.restore_from is not None:
+            for stale in existing:
+                with contextlib.suppress(SclateError):
+                    await runtime.remove(stale.id)
+            self._sandbox = await self._restore_sandbox(runtime, manager, spec, env, env.restore_from / "sandbox")
+        elif env.resume and existing and existing[0].state in ("running", "paused"):
             # The container outlived the previous daemon process: adopt it, so
             # the workspace and memory are exactly as the agent left them.
             self._sandbox = await manager.attach(existing[0], spec, env.run_dir)
@@ -287,6 +302,63 @@ class SandboxedHarness:
         if self._sandbox is not None:
             with contextlib.suppress(SclateError):
                 await self._sandbox.remove()
+
+    async def _restore_sandbox(
+        self, runtime: Any, manager: Any, spec: Any, env: RunEnvironment, snapshot_dir: Path
+    ) -> Any:
+        """A fresh container from a snapshot: its committed image, its state archives put back,
+        the run's simulated time published before the first process starts."""
+        from sclated.runtime import Sandbox, SnapshotInfo, publish_time, restore
+
+        info = await SnapshotInfo.load(snapshot_dir)
+        paths = manager.paths_for(env.run_dir)
+        await asyncio.to_thread(paths.create)
+        sim_ns = env.sim_now()
+        await publish_time(paths.time_file, sim_ns)
+        container = await restore(runtime, info, spec)
+        sandbox = Sandbox(runtime, container, spec, paths)
+        sandbox.last_sim_ns = sim_ns
+        if self._probe:
+            try:
+                await sandbox.probe_time()
+            except BaseException:
+                with contextlib.suppress(SclateError):
+                    await asyncio.shield(sandbox.remove())
+                raise
+        return sandbox
+
+    async def snapshot(self, dest: Path, *, on_paused: Callable[[], Awaitable[None]] | None = None) -> Any:
+        """Freeze the sandbox, commit it to ``sclate-snap:<run>-<n>`` and archive /workspace and
+        /memory into ``dest`` (a SnapshotInfo); ``on_paused`` runs while it is frozen."""
+        from sclated.runtime import snapshot
+
+        if self._sandbox is None or self._services is None:
+            raise FailedPrecondition("the sandbox is not running", reason="NO_SANDBOX")
+        runtime = await self._services.runtime()
+        return await snapshot(runtime, self._sandbox.info, dest, on_paused=on_paused)
+
+    async def discard_snapshot(self, image: str) -> None:
+        """Remove a snapshot's committed image (a snapshot that could not be recorded)."""
+        if not image or self._services is None:
+            return
+        runtime = await self._services.runtime()
+        with contextlib.suppress(SclateError):
+            await runtime.remove_image(image)
+
+    async def check_restorable(self, snapshot_dir: Path) -> None:
+        """NotFound unless a sandbox can be made from ``snapshot_dir`` (image and archives present)."""
+        from sclated.runtime import SnapshotInfo
+
+        sandbox_dir = snapshot_dir / "sandbox"
+        info = await SnapshotInfo.load(sandbox_dir)
+        missing = [tar for _, tar in info.archives if not await asyncio.to_thread(Path(tar).is_file)]
+        if missing:
+            raise NotFound(f"snapshot archive(s) {', '.join(missing)} are gone; pick another snapshot")
+        if self._services is None:
+            raise RuntimeUnavailable("this daemon has no sandbox runtime configured")
+        runtime = await self._services.runtime()
+        if not await runtime.image_exists(info.image):
+            raise NotFound(f"snapshot image {info.image} is not on this engine (removed?); pick another snapshot")
 
     async def detach(self) -> None:
         """Leave the container running (daemon shutdown): a resumed run adopts it."""

@@ -16,7 +16,7 @@ import dataclasses
 import json
 import statistics
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,7 +45,7 @@ from sclated.scheduler import (
     replay,
 )
 
-__all__ = ["RunOutcome", "RunSink", "RunWorker", "load_scenario"]
+__all__ = ["Capture", "RunOutcome", "RunSink", "RunWorker", "load_scenario"]
 
 _REPLY_LIMIT = 4096
 
@@ -54,6 +54,19 @@ class RunSink(Protocol):
     def emit(self, kind: str, payload: dict[str, Any], sim_ns: int) -> None: ...
     def journal(self, entry: dict[str, Any]) -> None: ...
     def progress(self, sim_ns: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """What a snapshot of a running run holds besides its files (see RunWorker.capture)."""
+
+    journal_length: int
+    """The durable journal prefix (entries with seq below this) the snapshot goes with."""
+    sim_ns: int
+    sandbox: dict[str, Any] | None
+    """The sandbox's SnapshotInfo as a dict, for agents in a sandbox."""
+    agent_state: bool
+    """Whether the agent's in-process state was saved (only when no turn was in flight)."""
 
 
 @dataclass(slots=True)
@@ -144,6 +157,14 @@ class RunWorker:
         self._fire_wall: dict[str, int] = {}
         self.loop: RunLoop | None = None
         self.timeline = Timeline()
+        self.restore_from: Path | None = None
+        """A snapshot directory: the agent (sandbox, in-process state) starts from it."""
+        self.on_restored: Callable[[], Awaitable[None]] | None = None
+        """Called once the agent was restored from ``restore_from``."""
+        self.on_save_snapshot: Callable[[str, int], Awaitable[None]] | None = None
+        """Takes a snapshot for a scenario's SaveSnapshot effect: (label, fire seq)."""
+        self._agent_ready = False
+        self._state_restored = False
 
     # -- building -------------------------------------------------------------
     def _make_scheduler(self) -> Scheduler:
@@ -158,6 +179,8 @@ class RunWorker:
             for entry in sched.journal:
                 if isinstance(entry, InputRecord) and entry.kind == "action":
                     self._note_action(entry.payload)
+                elif isinstance(entry, InputRecord) and entry.kind == "grade":
+                    self._note_grade(entry.payload)
         else:
             sched = self._make_scheduler()
             for entry in sched.journal:  # registrations made while adding sources
@@ -174,6 +197,19 @@ class RunWorker:
             rid = data.get("round_id")
             if rid:
                 self.replies[str(rid)] = str(data.get("reply", ""))
+
+    def _note_grade(self, payload: dict[str, Any]) -> None:
+        """A verdict from the journal (a resumed or restored run reports rounds graded before)."""
+        outcome = payload.get("outcome")
+        if isinstance(outcome, dict) and outcome.get("round_id"):
+            score = outcome.get("score")
+            self.verdicts[str(outcome["round_id"])] = Verdict(
+                round_id=str(outcome["round_id"]),
+                score=float(score) if isinstance(score, int | float) else None,
+                graded=bool(outcome.get("graded")),
+                reason=str(outcome.get("reason", "")),
+                details=outcome.get("details") or {},
+            )
 
     # -- observer (RunObserver) ------------------------------------------------
     def on_fire(self, record: FireRecord, wall_ns: int) -> None:
@@ -254,7 +290,10 @@ class RunWorker:
         if isinstance(effect, StopRun):
             return None
         if isinstance(effect, SaveSnapshot):
-            raise FailedPrecondition("snapshots of in-daemon agents are taken through the API", reason="UNSUPPORTED")
+            if self.on_save_snapshot is None:
+                raise FailedPrecondition("this run has nowhere to keep snapshots", reason="UNSUPPORTED")
+            # Awaited by the loop: nothing else fires while the snapshot is taken.
+            return self.on_save_snapshot(effect.label, fire.seq)
         raise FailedPrecondition(f"no executor for effect {effect.kind!r} (event {fire.event_id!r})")
 
     async def _turn(self, fire: FireRecord, effect: DeliverPrompt | Notify, lease: Lease) -> None:
@@ -364,7 +403,8 @@ class RunWorker:
             for effect in fire.effects:
                 if isinstance(effect, AgentControl) and effect.target == "agent":
                     session_open = effect.action == "start" or (session_open and effect.action != "stop")
-        if session_open:
+        if session_open and not self._state_restored:
+            # A restored in-process state already holds its session.
             self._spawn(self.agent.start_session("resumed"))
         for fire in sched.fires:
             for effect in fire.effects:
@@ -399,6 +439,7 @@ class RunWorker:
             resources=self.spec.agent.resources,
             workspace_seed=self.scenario.workspace_seed(),
             resume=bool(self._journal_in),
+            restore_from=self.restore_from,
         )
 
     async def run(self) -> RunOutcome:
@@ -408,9 +449,15 @@ class RunWorker:
         try:
             if prepare is not None:
                 await prepare(self.environment(loop))
+            if self.restore_from is not None:
+                await self._restore_agent_state(self.restore_from)
             if self._journal_in:
                 self._redispatch_unfinished(loop)
-            summary = await loop.run()
+            self._agent_ready = True
+            try:
+                summary = await loop.run()
+            finally:
+                self._agent_ready = False
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -430,6 +477,55 @@ class RunWorker:
         if summary.reason.startswith("failed"):
             return RunOutcome("FAILED", summary.reason, results)
         return RunOutcome("SUCCEEDED", summary.reason, results)
+
+    async def _restore_agent_state(self, snapshot_dir: Path) -> None:
+        state_dir = snapshot_dir / "agent"
+        if await asyncio.to_thread(state_dir.is_dir):
+            await self.agent.restore_state(state_dir)
+            self._state_restored = True
+        if self.on_restored is not None:
+            await self.on_restored()
+
+    async def capture(self, dest: Path, on_paused: Callable[[], Awaitable[None]] | None = None) -> Capture:
+        """Save the running agent into ``dest`` and say which journal prefix goes with it.
+
+        A sandboxed agent (one with ``snapshot``) is frozen, committed and its
+        state directories archived; the journal length and simulated time are
+        read while it is frozen (and ``on_paused`` runs then), so every
+        journaled fire and input happened before the files were taken. The
+        agent's in-process state (``save_state``) is saved only when no turn
+        is in flight, and then no turn starts until the snapshot is done: a turn
+        in flight has no ``turn_end`` in the prefix, so a restored run delivers
+        it again to an agent that starts a fresh session, as a resumed run does.
+        """
+        loop = self.loop
+        if loop is None or not self._agent_ready:
+            raise FailedPrecondition(
+                f"run {self.name!r} is starting or stopping; take the snapshot once it is running",
+                reason="RUN_NOT_READY",
+            )
+        marks: dict[str, int] = {}
+
+        async def paused() -> None:
+            marks["journal_length"] = len(loop.scheduler.journal)
+            marks["sim_ns"] = loop.clock.now()
+            if on_paused is not None:
+                await on_paused()
+
+        idle = not self._turn_lock.locked()
+        async with contextlib.AsyncExitStack() as hold:
+            if idle:
+                await hold.enter_async_context(self._turn_lock)
+            sandbox: dict[str, Any] | None = None
+            take = getattr(self.agent, "snapshot", None)
+            if take is not None:
+                info = await take(dest / "sandbox", on_paused=paused)
+                sandbox = json.loads(info.to_json())
+            else:
+                await paused()
+            if idle:
+                await self.agent.save_state(dest / "agent")
+        return Capture(marks["journal_length"], marks["sim_ns"], sandbox, idle)
 
     async def _release_agent(self) -> None:
         # Shielded: this runs while the run is being cancelled, and a sandbox

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,12 +83,15 @@ async def snapshot(
     dest_dir: Path,
     *,
     state_dirs: Sequence[str] = STATE_DIRS,
+    on_paused: Callable[[], Awaitable[None]] | None = None,
 ) -> SnapshotInfo:
     """Freeze ``container``, commit it and archive ``state_dirs`` into ``dest_dir``.
 
     A state directory that does not exist in the container is skipped. The
     container is unpaused whatever happens; on failure the commit and archives
-    made so far are removed.
+    made so far are removed. ``on_paused`` runs once the container is frozen,
+    before the commit: the moment the caller records what goes with the
+    filesystem (a run's journal position); if it raises, nothing is kept.
     """
     run = check_name(container.run, "run")
     for d in state_dirs:
@@ -105,6 +108,8 @@ async def snapshot(
     t0 = time.monotonic()
     await runtime.pause(container.id)
     try:
+        if on_paused is not None:
+            await on_paused()
         image_id = await runtime.commit(container.id, SNAPSHOT_REPO, tag)
         for d in state_dirs:
             target = dest / _archive_name(d)

@@ -75,6 +75,11 @@ CREATE TABLE IF NOT EXISTS calls (
     record TEXT NOT NULL,
     PRIMARY KEY (run, call_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS restores (
+    run TEXT PRIMARY KEY,
+    snapshot TEXT NOT NULL,
+    dir TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -324,6 +329,7 @@ class Store:
                 ("journal", "run"),
                 ("snapshots", "run"),
                 ("calls", "run"),
+                ("restores", "run"),
             ):
                 conn.execute(f"DELETE FROM {table} WHERE {col}=?", (name,))
             conn.execute("DELETE FROM runs WHERE name=?", (name,))
@@ -441,6 +447,83 @@ class Store:
             if snap is not None:
                 out.append(snap)
         return out
+
+    async def restore_run(
+        self,
+        row: RunRow,
+        *,
+        insert: bool,
+        event: EventRow,
+        journal: Sequence[dict[str, Any]],
+        calls: Sequence[dict[str, Any]],
+        snapshot: str,
+        snapshot_dir: str,
+    ) -> None:
+        """Put a run at a snapshot in one transaction.
+
+        ``insert``: a new run (a branch; AlreadyExists if the name is taken);
+        otherwise the existing run's state fields are updated. Either way its
+        journal and call records become exactly ``journal`` and ``calls``, its
+        event log gets ``event``, and the run is marked to restore its agent
+        from ``snapshot_dir`` when it next starts (see :meth:`restore_marker`).
+        """
+
+        def tx(conn: sqlite3.Connection) -> None:
+            if insert:
+                try:
+                    conn.execute(
+                        f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        _run_values(row),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise AlreadyExists(f"run {row.name!r} already exists", field="new_run_id") from exc
+            else:
+                cur = conn.execute(
+                    "UPDATE runs SET state=?, reason=?, end_ns=?, sim_ns=?, results=?, last_event_seq=? WHERE name=?",
+                    (
+                        row.state,
+                        row.reason,
+                        row.end_ns,
+                        row.sim_ns,
+                        json.dumps(row.results),
+                        row.last_event_seq,
+                        row.name,
+                    ),
+                )
+                if cur.rowcount != 1:
+                    raise FailedPrecondition(f"run {row.name!r} is gone")
+            conn.execute("DELETE FROM journal WHERE run=?", (row.name,))
+            conn.executemany(
+                "INSERT INTO journal (run, seq, entry) VALUES (?,?,?)",
+                [(row.name, int(e["seq"]), json.dumps(e)) for e in journal],
+            )
+            conn.execute("DELETE FROM calls WHERE run=?", (row.name,))
+            conn.executemany(
+                "INSERT INTO calls (run, call_id, role, record) VALUES (?,?,?,?)",
+                [(row.name, str(c["call_id"]), str(c.get("role", "")), json.dumps(c)) for c in calls],
+            )
+            conn.execute(
+                "INSERT INTO run_events (run, seq, kind, sim_ns, wall_ns, payload) VALUES (?,?,?,?,?,?)",
+                (event.run, event.seq, event.kind, event.sim_ns, event.wall_ns, json.dumps(event.payload)),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO restores (run, snapshot, dir) VALUES (?,?,?)",
+                (row.name, snapshot, snapshot_dir),
+            )
+
+        await self._run(self._tx, tx)
+
+    async def restore_marker(self, run: str) -> tuple[str, str] | None:
+        """(snapshot name, snapshot dir) the run restores its agent from when it next starts."""
+
+        def q() -> tuple[str, str] | None:
+            r = self.conn.execute("SELECT snapshot, dir FROM restores WHERE run=?", (run,)).fetchone()
+            return (str(r[0]), str(r[1])) if r else None
+
+        return await self._run(q)
+
+    async def clear_restore_marker(self, run: str) -> None:
+        await self._run(self._tx, lambda c: c.execute("DELETE FROM restores WHERE run=?", (run,)))
 
     # -- captured calls ----------------------------------------------------------
     async def put_call(self, run: str, call_id: str, role: str, record: dict[str, Any]) -> bool:
