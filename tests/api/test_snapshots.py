@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from sclate.v1 import sclate_pb2 as pb
 
 from tests.api.conftest import Api, synthetic_request
@@ -208,3 +210,37 @@ async def test_other_tenants_snapshots_are_not_found(tenant_api: Callable[[str |
         pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="stolen"), metadata=alice.md()
     )
     assert (await _finish(alice, branch.name)).state == pb.SUCCEEDED
+
+
+async def _cli(api: Api, *argv: str) -> int:
+    from sclate import cli
+
+    # The CLI's client is synchronous; the daemon lives on this loop.
+    return await asyncio.to_thread(cli.main, ["--endpoint", api.daemon.tcp_address or "", *argv])
+
+
+async def test_cli_snapshot_snapshots_restore(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    run = await _run_id(api, "clirun", **SLOW)
+    async for ev in api.stub.WatchRun(pb.WatchRunRequest(name=run.name)):
+        if ev.WhichOneof("kind") == "verdict":
+            break
+    assert await _cli(api, "runs", "snapshot", "clirun", "--id", "c1", "-o", "json") == 0
+    saved = json.loads(capsys.readouterr().out)["snapshots"]
+    assert [s["name"] for s in saved] == ["runs/clirun/snapshots/c1"] and int(saved[0]["journal_length"]) > 0
+    assert await _cli(api, "runs", "snapshots", "clirun", "-o", "json") == 0
+    assert json.loads(capsys.readouterr().out)["snapshots"] == saved
+    assert await _cli(api, "runs", "snapshots", "clirun") == 0
+    assert "runs/clirun/snapshots/c1" in capsys.readouterr().out
+    args = ("runs", "restore", "clirun/snapshots/c1", "--branch", "clibranch", "--label", "k=v", "-o", "json")
+    assert await _cli(api, *args) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert made["name"] == "runs/clibranch" and made["parent"] == "runs/clirun" and made["labels"] == {"k": "v"}
+    assert (await _finish(api, "runs/clibranch")).state == pb.SUCCEEDED
+    # Into its own run while it runs: the daemon's FAILED_PRECONDITION, exit 2.
+    if (await api.stub.GetRun(pb.GetRunRequest(name=run.name))).state == pb.RUNNING:
+        assert await _cli(api, "runs", "restore", "runs/clirun/snapshots/c1") == 2
+        assert "FAILED_PRECONDITION" in capsys.readouterr().err
+    assert await _cli(api, "runs", "restore", "clirun/c1") == 2
+    assert "not a snapshot name" in capsys.readouterr().err
+    assert await _cli(api, "runs", "restore", "clirun/snapshots/nope", "--branch", "x") == 2
+    assert "NOT_FOUND" in capsys.readouterr().err

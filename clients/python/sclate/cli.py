@@ -390,6 +390,96 @@ def cmd_runs_trajectories(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
+# -- snapshots ---------------------------------------------------------------------
+def _snapshot_name(text: str) -> str:
+    name = text if text.startswith("runs/") else f"runs/{text}"
+    if name.count("/") != 3 or name.split("/")[2] != "snapshots":
+        raise CliError(
+            f"{text!r} is not a snapshot name: RUN/snapshots/ID (or runs/RUN/snapshots/ID)"
+        )
+    return name
+
+
+def _show_snapshots(snaps: Sequence[Any], output: str) -> None:
+    if output == "json":
+        _print_json({"snapshots": [_to_dict(s) for s in snaps]})
+        return
+    from rich.console import Console
+    from rich.table import Column, Table
+
+    t = Table(Column("name", no_wrap=True), "sim time", "created", "journal", "image")
+    for s in snaps:
+        t.add_row(
+            s.name,
+            s.sim_time.ToDatetime(tzinfo=dt.UTC).isoformat(timespec="seconds"),
+            s.create_time.ToDatetime(tzinfo=dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            str(s.journal_length),
+            s.image or "-",
+        )
+    Console().print(t)
+
+
+def cmd_runs_snapshot(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    snap = client.call(
+        "SaveSnapshot",
+        pb.SaveSnapshotRequest(run=_run_name(args.name), snapshot_id=args.id or ""),
+        timeout=600,
+    )
+    _show_snapshots([snap], args.output)
+    return 0
+
+
+def cmd_runs_snapshots(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    resp = client.call("ListSnapshots", pb.ListSnapshotsRequest(run=_run_name(args.name)))
+    _show_snapshots(list(resp.snapshots), args.output)
+    return 0
+
+
+def cmd_runs_restore(args: argparse.Namespace, client: Client) -> int:
+    from sclate.v1 import sclate_pb2 as pb
+
+    labels: dict[str, str] = {}
+    for item in args.label or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--label {item!r} must be KEY=VALUE")
+        labels[key] = value
+    if labels and not args.branch:
+        raise CliError("--label names labels of the new run: use it with --branch")
+    request = pb.RestoreSnapshotRequest(
+        snapshot=_snapshot_name(args.snapshot), new_run_id=args.branch or "", labels=labels
+    )
+    _show_run(client.call("RestoreSnapshot", request, timeout=120), args.output)
+    return 0
+
+
+def _add_snapshot_commands(runs: Any) -> None:
+    sn = runs.add_parser("snapshot", help="save a snapshot of a RUNNING run")
+    sn.add_argument("name")
+    sn.add_argument("--id", help="snapshot id (default: a fresh one)")
+    _add_output(sn)
+    sn.set_defaults(func=cmd_runs_snapshot)
+    sl = runs.add_parser("snapshots", help="list a run's snapshots")
+    sl.add_argument("name")
+    _add_output(sl)
+    sl.set_defaults(func=cmd_runs_snapshots)
+    rs = runs.add_parser(
+        "restore",
+        help="restore a snapshot into its run (once it ended), or into a new run (--branch)",
+    )
+    rs.add_argument("snapshot", help="RUN/snapshots/ID")
+    rs.add_argument("--branch", metavar="NEW_RUN_ID", help="a new run from the snapshot")
+    rs.add_argument(
+        "--label", action="append", metavar="KEY=VALUE", help="a label of the new run"
+    )
+    _add_output(rs)
+    rs.set_defaults(func=cmd_runs_restore)
+
+
 def _simple(method: str, request_cls: str) -> Callable[[argparse.Namespace, Client], int]:
     def run(args: argparse.Namespace, client: Client) -> int:
         from sclate.v1 import sclate_pb2 as pb
@@ -546,6 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--role", action="append", help="a trainable role (repeatable; default: agent)"
         )
         sp.set_defaults(func=fn)
+    _add_snapshot_commands(runs)
 
     b = sub.add_parser("benchmarks", help="benchmarks the daemon offers").add_subparsers(
         dest="b_cmd", required=True
