@@ -33,7 +33,7 @@ from sclated.daemon._sdnotify import notify, watchdog_interval_s, watchdog_loop
 from sclated.errors import SclateError
 from sclated.runs import ManagerConfig, Registry, RunManager, RunSpec, default_registry
 from sclated.runs._model_service import EmbeddedModel, chat_once
-from sclated.runs._sandboxed import SandboxServices
+from sclated.runs._sandboxed import SandboxServices, short_sockets_dir
 from sclated.store import Store
 
 __all__ = ["Daemon"]
@@ -69,6 +69,7 @@ class Daemon:
             daemon_id=self.daemon_id,
             store=self.store,
             model=EmbeddedModel(log_path=config.state_dir / "model-server.log"),
+            sockets_dir=short_sockets_dir(config.state_dir),
         )
         self.manager = RunManager(
             self.store,

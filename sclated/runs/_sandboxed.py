@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import os
 import secrets
 import shlex
+import shutil
 import tarfile
 import tempfile
 import time
@@ -56,6 +59,8 @@ class SandboxServices:
     daemon_id: str
     store: Store
     model: EmbeddedModel
+    sockets_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "sclated-sockets")
+    """Short-path home of per-run control directories (see ``short_sockets_dir``)."""
     _runtime: Any = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -72,6 +77,12 @@ class SandboxServices:
             await self._runtime.close()
             self._runtime = None
         await self.model.close()
+
+
+def short_sockets_dir(state_dir: Path) -> Path:
+    """$RUNTIME_DIRECTORY under systemd, else the temp dir; one per state directory."""
+    base = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or tempfile.gettempdir()
+    return Path(base) / f"sclated-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]}"
 
 
 @dataclass(slots=True)
@@ -184,7 +195,7 @@ class SandboxedHarness:
                 "Start it (`make system` does) and check `sclate doctor`."
             ) from exc
         manager = SandboxManager(runtime)
-        paths = manager.paths_for(env.run_dir)
+        paths = manager.paths_for(self._sandbox_root(env))
         await asyncio.to_thread(paths.create)
 
         base = env.model_base_url or await services.model.url()
@@ -239,7 +250,7 @@ class SandboxedHarness:
             image=await _image_ref(self.image),
             run=run_id,
             tenant=env.tenant,
-            run_dir=env.run_dir,
+            run_dir=self._sandbox_root(env),
             env=env_vars,
             limits=limits,
             command=["sh", "-c", f"{_mitmdump_command()} >/var/log/sclate-proxy.log 2>&1 & exec sleep infinity"],
@@ -257,7 +268,7 @@ class SandboxedHarness:
         elif env.resume and existing and existing[0].state in ("running", "paused"):
             # The container outlived the previous daemon process: adopt it, so
             # the workspace and memory are exactly as the agent left them.
-            self._sandbox = await manager.attach(existing[0], spec, env.run_dir)
+            self._sandbox = await manager.attach(existing[0], spec, self._sandbox_root(env))
             if existing[0].state == "paused":
                 await self._sandbox.unpause()
             await self._sandbox.publish_time(env.sim_now())
@@ -265,7 +276,7 @@ class SandboxedHarness:
             for stale in existing:
                 with contextlib.suppress(SclateError):
                     await runtime.remove(stale.id)
-            self._sandbox = await manager.create(spec, env.run_dir, sim_ns=env.sim_now(), probe=self._probe)
+            self._sandbox = await manager.create(spec, self._sandbox_root(env), sim_ns=env.sim_now(), probe=self._probe)
             if env.workspace_seed is not None:
                 await self.seed_workspace(env.workspace_seed, "/workspace")
         env.add_time_publisher(self._sandbox.publish_time)
@@ -302,6 +313,8 @@ class SandboxedHarness:
         if self._sandbox is not None:
             with contextlib.suppress(SclateError):
                 await self._sandbox.remove()
+        if self._env is not None and self._services is not None:
+            await asyncio.to_thread(shutil.rmtree, self._sandbox_root(self._env), True)
 
     async def _restore_sandbox(
         self, runtime: Any, manager: Any, spec: Any, env: RunEnvironment, snapshot_dir: Path
@@ -311,7 +324,7 @@ class SandboxedHarness:
         from sclated.runtime import Sandbox, SnapshotInfo, publish_time, restore
 
         info = await SnapshotInfo.load(snapshot_dir)
-        paths = manager.paths_for(env.run_dir)
+        paths = manager.paths_for(self._sandbox_root(env))
         await asyncio.to_thread(paths.create)
         sim_ns = env.sim_now()
         await publish_time(paths.time_file, sim_ns)
@@ -368,6 +381,12 @@ class SandboxedHarness:
             await self._control.close()
         if self._bridge is not None:
             await self._bridge.close()
+
+    def _sandbox_root(self, env: RunEnvironment) -> Path:
+        """Where the sandbox's control directory lives: a short path, because the
+        Unix sockets in it must fit in 107 bytes whatever the state directory is."""
+        assert self._services is not None
+        return self._services.sockets_dir / hashlib.sha256(env.run_key.encode()).hexdigest()[:16]
 
     # -- wait ------------------------------------------------------------------------------
     async def _wait(self, msg: Mapping[str, Any]) -> dict[str, Any]:

@@ -92,7 +92,7 @@ async def test_longmemeval_tiny_is_judged_by_the_embedded_model(tmp_path: Path) 
         async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
             stub = pb_grpc.SclateStub(ch)
             run = pb.Run(
-                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny"),
+                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
                 agent=pb.AgentSpec(harness="reference"),
             )
             run.agent.options.update(FAST)
