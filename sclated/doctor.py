@@ -88,7 +88,7 @@ async def check_proxy(url: str) -> Check:
         return Check("capture proxy", False, "mitmdump is not installed", "reinstall: `make venv`")
     import proxy_addons
 
-    addon = Path(proxy_addons.__file__).resolve().parent / "capture.py"
+    addon = Path(proxy_addons.__file__).parent / "capture.py"
     secret = secrets.token_hex(8)
     records: list[Mapping[str, Any]] = []
 

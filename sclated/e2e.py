@@ -25,7 +25,7 @@ from google.protobuf import json_format
 from sclate.v1 import sclate_pb2 as pb
 from sclate.v1 import sclate_pb2_grpc as pb_grpc
 
-__all__ = ["E2EConfig", "run_demo_cli", "run_e2e"]
+__all__ = ["run_demo_cli", "run_e2e"]
 
 Progress = Callable[[str], None]
 
@@ -67,8 +67,10 @@ async def run_e2e(
     harness_options: dict[str, Any] | None = None,
     progress: Progress = lambda _: None,
 ) -> dict[str, Any]:
-    """Run one MetaClaw scenario through a fresh daemon; return the run as a dict plus artefact paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Run one MetaClaw scenario through a fresh daemon; return the run as a dict plus artefact paths.
+
+    ``data_dir`` must be absolute: the daemon resolves it on its side."""
+    await asyncio.to_thread(out_dir.mkdir, parents=True, exist_ok=True)
     state_dir = out_dir / "state"
     await _ensure_images(progress)
     proc, addr = await _start_daemon(state_dir, progress)
@@ -80,7 +82,7 @@ async def run_e2e(
                 benchmark=pb.BenchmarkSpec(
                     name="metaclaw",
                     scenario="" if data_dir else scenario,
-                    data_dir=str(data_dir.resolve()) if data_dir else "",
+                    data_dir=str(data_dir) if data_dir else "",
                     subset=list(subset),
                 ),
                 agent=pb.AgentSpec(harness="reference"),
@@ -102,9 +104,9 @@ async def run_e2e(
                     progress(f"  [{when}] clock jumped from {_fmt_sim(ev.jump.from_time)}")
                 elif kind == "turn":
                     reply = ev.turn.reply.replace("\n", " ")[:70]
-                    progress(
-                        f"  [{when}] {ev.turn.round_id or 'turn'} answered in turn (delivery {ev.turn.delivery_delay_ms:.1f} ms): {reply!r}"
-                    )
+                    delay = ev.turn.delivery_delay_ms
+                    rid = ev.turn.round_id or "turn"
+                    progress(f"  [{when}] {rid} answered (delivered in {delay:.1f} ms): {reply!r}")
                 elif kind == "verdict":
                     score = f"{ev.verdict.score:.2f}" if ev.verdict.graded else "ungradable"
                     progress(f"  [{when}] verdict {ev.verdict.round_id}: {score} ({ev.verdict.reason})")
@@ -172,12 +174,14 @@ def _print_report(run: dict[str, Any]) -> None:
     )
     m.add_row(
         "compression",
-        f"{s.get('compression_ratio', 0):,.0f}x (limit {s.get('compression_limit', 0):,.0f}x), {s.get('jumps', 0)} jumps",
+        f"{s.get('compression_ratio', 0):,.0f}x (limit {s.get('compression_limit', 0):,.0f}x), "
+        f"{s.get('jumps', 0)} jumps",
     )
     for call in r.get("calls", []):
         m.add_row(
             f"calls ({call['role']})",
-            f"{call.get('calls', 0)} calls, {call.get('prompt_tokens', 0)} prompt + {call.get('completion_tokens', 0)} completion tokens",
+            f"{call.get('calls', 0)} calls, {call.get('prompt_tokens', 0)} prompt + "
+            f"{call.get('completion_tokens', 0)} completion tokens",
         )
     if r.get("report_path"):
         m.add_row("report", r["report_path"])
@@ -214,7 +218,7 @@ def run_demo_cli(argv: list[str]) -> int:
             run = runner.run(
                 run_e2e(
                     out_dir=out_dir,
-                    data_dir=args.data_dir,
+                    data_dir=args.data_dir.resolve() if args.data_dir else None,
                     subset=tuple(args.subset),
                     harness_options={"max_tokens": 160, "max_steps": 4},
                     progress=progress,

@@ -48,7 +48,7 @@ async def _e2e_bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sclate-bench-e2e-") as tmp:
         run = await run_e2e(
             out_dir=Path(tmp),
-            data_dir=args.data_dir,
+            data_dir=args.data_dir.resolve() if args.data_dir else None,
             harness_options={"max_tokens": args.max_tokens, "max_steps": 3},
             progress=progress if not args.json else (lambda _: None),
         )

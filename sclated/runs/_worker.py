@@ -530,10 +530,7 @@ class RunWorker:
     async def _release_agent(self) -> None:
         # Shielded: this runs while the run is being cancelled, and a sandbox
         # must never be left behind half-closed.
-        if self.keep_sandbox:
-            closer = getattr(self.agent, "detach", None)
-        else:
-            closer = getattr(self.agent, "close", None)
+        closer = getattr(self.agent, "detach" if self.keep_sandbox else "close", None)
         if closer is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(closer())

@@ -31,12 +31,10 @@ FAST = {"max_tokens": 24, "max_steps": 2}
 H = 3600 * 1_000_000_000
 
 
-async def _containers_of(run_id: str) -> list[dict[str, Any]]:
+async def _containers_of(run_id: str) -> list[str]:
     async with aiodocker.Docker() as docker:
-        found: list[dict[str, Any]] = await docker.containers.list(
-            all=True, filters=json.dumps({"label": [f"sclate.run={run_id}"]})
-        )
-        return found
+        found = await docker.containers.list(all=True, filters=json.dumps({"label": [f"sclate.run={run_id}"]}))
+        return [c.id for c in found]
 
 
 async def test_metaclaw_tiny_with_the_reference_harness(tmp_path: Path) -> None:

@@ -363,8 +363,8 @@ def test_at_events_fire_in_the_stated_total_order(
         assert rec is not None
         got.append(rec.event_id)
     assert got == [e[-1] for e in sorted(expected)]
-    for t, prio, _, _, eid in expected:
-        if prio == Priority.CONTROL:
+    for t, prio_key, _, _, eid in expected:
+        if prio_key == Priority.CONTROL:
             # No non-control event at the same time fires before it.
             earlier = got[: got.index(eid)]
             assert not any(

@@ -197,9 +197,8 @@ def _wait(client: Client, name: str, output: str) -> Any:
                 fires += 1
             elif kind == "verdict":
                 verdicts += 1
-                console.print(
-                    f"  verdict {ev.verdict.round_id}: {f'{ev.verdict.score:.2f}' if ev.verdict.graded else 'ungradable'}"
-                )
+                score = f"{ev.verdict.score:.2f}" if ev.verdict.graded else "ungradable"
+                console.print(f"  verdict {ev.verdict.round_id}: {score}")
             elif kind == "state":
                 state = _state_name(ev.state.state)
                 console.print(f"  {state}: {ev.state.reason}")
