@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,13 @@ from typing import Any
 import grpc
 import pytest
 from sclate.v1 import sclate_pb2 as pb
+from sclate.v1 import sclate_pb2_grpc as pb_grpc
 
+from adapters import BenchmarkInfo, ScenarioConfig
+from adapters.synthetic import SyntheticBenchmark
+from sclated.daemon import Daemon, DaemonConfig
+from sclated.runs import default_registry
+from sclated.scheduler import After, EventSpec, Priority, SaveSnapshot
 from tests.api.conftest import Api, synthetic_request
 from tests.api.test_api import expect_error
 
@@ -244,3 +251,67 @@ async def test_cli_snapshot_snapshots_restore(api: Api, capsys: pytest.CaptureFi
     assert "not a snapshot name" in capsys.readouterr().err
     assert await _cli(api, "runs", "restore", "clirun/snapshots/nope", "--branch", "x") == 2
     assert "NOT_FOUND" in capsys.readouterr().err
+
+
+class _SnapshotSource:
+    """Two scenario snapshots: one labelled at day 0's grade, one unlabelled right after."""
+
+    name = "snapshots"
+
+    def __init__(self) -> None:
+        self._given = False
+
+    def poll(self, snapshot: object) -> list[EventSpec]:
+        if self._given:
+            return []
+        self._given = True
+        return [
+            EventSpec("snap.day0", After(("d0.grade",)), (SaveSnapshot("day0"),), priority=Priority.CONTROL),
+            EventSpec("snap.auto", After(("snap.day0",), 1_000_000_000), (SaveSnapshot(),), priority=Priority.CONTROL),
+        ]
+
+
+class _SyntheticWithSnapshots:
+    def __init__(self) -> None:
+        self._inner = SyntheticBenchmark()
+
+    @property
+    def info(self) -> BenchmarkInfo:
+        return dataclasses.replace(self._inner.info, name="synthetic-snap")
+
+    def load(self, config: ScenarioConfig) -> Any:
+        scenario = self._inner.load(config)
+        sources = scenario.sources()
+        scenario.sources = lambda: [*sources, _SnapshotSource()]  # type: ignore[method-assign]
+        return scenario
+
+
+async def test_a_scenario_save_snapshot_effect_takes_a_snapshot(tmp_path: Path) -> None:
+    registry = default_registry()
+    registry.add_benchmark(_SyntheticWithSnapshots())
+    d = Daemon(DaemonConfig(state_dir=tmp_path / "state", listen="127.0.0.1:0"), registry=registry)
+    await d.start()
+    try:
+        async with grpc.aio.insecure_channel(d.tcp_address or "") as ch:
+            api = Api(d, pb_grpc.SclateStub(ch), ch)
+            req = synthetic_request(run_id="scen", days=2, events=2)
+            req.run.benchmark.name = "synthetic-snap"
+            run = await api.stub.CreateRun(req)
+            done = await _finish(api, run.name)
+            assert done.state == pb.SUCCEEDED, done.state_reason
+            snaps = (await api.stub.ListSnapshots(pb.ListSnapshotsRequest(run=run.name))).snapshots
+            assert snaps[0].name == "runs/scen/snapshots/day0"
+            assert len(snaps) == 2 and snaps[1].name.startswith("runs/scen/snapshots/snap-")
+            assert 0 < snaps[0].journal_length < snaps[1].journal_length
+            # The prefix holds the fire that took the snapshot: a restored run does not take it again.
+            journal = await d.store.journal("local/scen")
+            fired = [e.get("event_id") for e in journal[: snaps[0].journal_length]]
+            assert "snap.day0" in fired and "snap.auto" not in fired
+            await api.stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot=snaps[0].name))
+            again = await _finish(api, run.name)
+            assert again.state == pb.SUCCEEDED, again.state_reason
+            after = (await api.stub.ListSnapshots(pb.ListSnapshotsRequest(run=run.name))).snapshots
+            # Only the unlabelled one was taken again, under a fresh name.
+            assert len(after) == 3 and after[2].name == f"{snaps[1].name}-2"
+    finally:
+        await d.stop()
