@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -83,6 +84,7 @@ class Daemon:
             runs_dir=config.state_dir / "runs",
         )
         self.manager.judge_factory = self._judge_for
+        self.manager.on_delete = self._forget_run
         self.health = HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.tcp_address: str | None = None
@@ -160,7 +162,8 @@ class Daemon:
     async def _reap_leftovers(self) -> None:
         """Remove sandboxes a previous process of this daemon left, except those of
         runs that will resume (they are adopted, workspace intact)."""
-        active = await self.store.runs_in_states(["RUNNING", "PENDING"])
+        # INTERRUPTED runs keep their sandbox too: ResumeRun adopts it, DeleteRun removes it.
+        active = await self.store.runs_in_states(["RUNNING", "PENDING", "INTERRUPTED"])
         keep = {row.name.split("/", 1)[1] for row in active}
         try:
             runtime = await self.services.runtime()
@@ -170,6 +173,17 @@ class Daemon:
         removed = await runtime.reap(self.daemon_id, keep)
         if removed:
             log.info("removed %d sandbox(es) left by a previous process", len(removed))
+
+    async def _forget_run(self, run_key: str) -> None:
+        tenant, _, run_id = run_key.partition("/")
+        try:
+            runtime = await self.services.runtime()
+        except SclateError:
+            runtime = None
+        if runtime is not None:
+            for c in await runtime.list_containers({"sclate.run": run_id, "sclate.tenant": tenant}):
+                await runtime.remove(c.id)
+        await asyncio.to_thread(shutil.rmtree, self.config.state_dir / "runs" / run_key, True)
 
     def _judge_for(self, spec: RunSpec) -> Callable[[str], Awaitable[str]]:
         judge_url = str(spec.benchmark.options.get("judge_base_url", "")) or spec.agent.model.base_url

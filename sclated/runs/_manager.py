@@ -20,7 +20,7 @@ import os
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,6 +253,7 @@ class RunManager:
         self._accepting = False
         self._seq = 0
         self.judge_factory: Any = None
+        self.on_delete: Callable[[str], Awaitable[None]] | None = None
         from sclated.runs._snapshots import Snapshots
 
         self.snapshots = Snapshots(self)
@@ -531,6 +532,12 @@ class RunManager:
         self._live.pop(row.name, None)
         if row.request_id:
             self._requests.pop((row.tenant, row.request_id), None)
+        if self.on_delete is not None:
+            # A kept sandbox (an interrupted run's) and the run's files go with it.
+            try:
+                await self.on_delete(row.name)
+            except Exception:
+                log.exception("cleaning up after deleting %s failed", row.name)
 
     async def resume(self, tenant: str, name: str) -> RunView:
         row = await self._get_row(tenant, name)
