@@ -319,3 +319,16 @@ async def test_tokens_reload(tenant_api: Callable[[str | None], Api]) -> None:
     tokens.path.write_text("short carol\n")
     assert not tokens.reload()  # a broken file keeps the previous table
     assert (await alice.stub.ListRuns(pb.ListRunsRequest(), metadata=carol)).runs == []
+
+
+async def test_finished_run_has_a_report_and_delete_removes_it(api: Api) -> None:
+    run = await api.create(days=2, events=2, run_id="reported")
+    await api.watch_all(run.name)
+    got = await api.stub.GetRun(pb.GetRunRequest(name=run.name))
+    from pathlib import Path
+
+    report, plot = Path(got.results.report_path), Path(got.results.plot_path)
+    assert report.is_file() and plot.read_bytes()[:4] == b"\x89PNG"
+    assert report.parent.parent == api.daemon.config.state_dir / "runs" / "local" / "reported"
+    await api.stub.DeleteRun(pb.DeleteRunRequest(name=run.name))
+    assert not report.parent.parent.exists()
