@@ -650,7 +650,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(al)
     al.set_defaults(func=cmd_agents_list)
 
-    bench = sub.add_parser("bench", help="benchmarks of sclate itself (prints JSON with --json)")
+    bench = sub.add_parser("bench", help="benchmarks of sclate itself (prints JSON with --json)", add_help=False)
     bench.add_argument(
         "which",
         choices=("scheduler", "daemon", "sandbox", "proxy", "e2e"),
@@ -659,17 +659,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(local=cmd_bench)
     images = sub.add_parser("images", help="sandbox images").add_subparsers(dest="i_cmd", required=True)
-    ib = images.add_parser("build", help="build every image locally (content-hashed tags; nothing rebuilt twice)")
+    ib = images.add_parser("build", help="build every image locally (content-hashed tags; nothing rebuilt twice)", add_help=False)
     ib.add_argument("rest", nargs=argparse.REMAINDER)
     ib.set_defaults(local=cmd_images)
     model = sub.add_parser("model", help="the embedded model").add_subparsers(dest="m_cmd", required=True)
-    ms = model.add_parser("serve", help="serve a GGUF (default SmolLM2-135M-Instruct) over OpenAI/Anthropic APIs")
+    ms = model.add_parser("serve", help="serve a GGUF (default SmolLM2-135M-Instruct) over OpenAI/Anthropic APIs", add_help=False)
     ms.add_argument("rest", nargs=argparse.REMAINDER)
     ms.set_defaults(local=cmd_model_serve)
-    doctor = sub.add_parser("doctor", help="check the engine, images, simulated time, proxy and model")
+    doctor = sub.add_parser("doctor", help="check the engine, images, simulated time, proxy and model", add_help=False)
     doctor.add_argument("rest", nargs=argparse.REMAINDER)
     doctor.set_defaults(local=cmd_doctor)
-    demo = sub.add_parser("demo", help="run the demo and print its report")
+    demo = sub.add_parser("demo", help="run the demo and print its report", add_help=False)
     demo.add_argument("rest", nargs=argparse.REMAINDER)
     demo.set_defaults(local=cmd_demo)
     return p
@@ -677,7 +677,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Local tools (demo, bench, images, model, doctor) parse their own options.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if getattr(args, "local", None) is None:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.rest = [*extra, *args.rest]
     try:
         local = getattr(args, "local", None)
         if local is not None:
