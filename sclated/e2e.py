@@ -183,13 +183,14 @@ def _print_report(run: dict[str, Any]) -> None:
             f"{call.get('calls', 0)} calls, {call.get('prompt_tokens', 0)} prompt + "
             f"{call.get('completion_tokens', 0)} completion tokens",
         )
-    if r.get("report_path"):
-        m.add_row("report", r["report_path"])
-    if r.get("plot_path"):
-        m.add_row("timeline plot", r["plot_path"])
-    for fmt, path in run.get("exports", {}).items():
-        m.add_row(f"trajectories ({fmt})", path)
     c.print(m)
+    # Paths in full (a table would cut them at the terminal's width).
+    if r.get("report_path"):
+        print(f"report:               {r['report_path']}")
+    if r.get("plot_path"):
+        print(f"timeline plot:        {r['plot_path']}")
+    for fmt, path in run.get("exports", {}).items():
+        print(f"trajectories ({fmt}): {path}")
 
 
 def run_demo_cli(argv: list[str]) -> int:
