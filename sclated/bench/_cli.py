@@ -96,7 +96,9 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     p.add_argument("--runs", type=int, default=1000, help="daemon: concurrent runs")
-    p.add_argument("--turn-ms", type=int, default=200, help="daemon: the scripted agent's busy time per turn")
+    p.add_argument(
+        "--turn-ms", type=int, default=1000, help="daemon: the scripted agent's busy time per turn (a fast model call)"
+    )
     p.add_argument("--data-dir", type=Path, default=None, help="e2e: upstream MetaClaw data (default: built-in tiny)")
     p.add_argument("--max-tokens", type=int, default=96, help="e2e: the harness's max_tokens per model call")
     args = p.parse_args(argv)
