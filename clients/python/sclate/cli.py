@@ -69,11 +69,7 @@ class Client:
     def _error(self, exc: Any) -> CliError:
         code = exc.code()
         trailers = {m.key: m.value for m in (exc.trailing_metadata() or ())}
-        extra = ", ".join(
-            f"{k.removeprefix('sclate-')}={v}"
-            for k, v in trailers.items()
-            if k.startswith("sclate-")
-        )
+        extra = ", ".join(f"{k.removeprefix('sclate-')}={v}" for k, v in trailers.items() if k.startswith("sclate-"))
         if code == self._grpc.StatusCode.UNAVAILABLE and not trailers:
             return CliError(
                 f"cannot reach sclated at {self.endpoint}: {exc.details()}. Is the daemon running? "
@@ -138,9 +134,7 @@ def cmd_runs_create(args: argparse.Namespace, client: Client) -> int:
         agent=pb.AgentSpec(
             harness=args.harness,
             memory=args.memory or "",
-            model=pb.ModelEndpoint(
-                base_url=args.model_url or "", api=args.model_api or "", model=args.model or ""
-            ),
+            model=pb.ModelEndpoint(base_url=args.model_url or "", api=args.model_api or "", model=args.model or ""),
         ),
         clock=pb.ClockSpec(mode=pb.ClockMode.Value(args.clock.upper()), rate=args.rate or 0.0),
         labels={k: str(v) for k, v in _kv(args.label, "--label").items()},
@@ -157,9 +151,7 @@ def cmd_runs_create(args: argparse.Namespace, client: Client) -> int:
         run.clock.start_time.FromDatetime(_parse_time(args.start))
     created = client.call(
         "CreateRun",
-        pb.CreateRunRequest(
-            run=run, run_id=args.run_id or "", request_id=args.request_id or str(uuid.uuid4())
-        ),
+        pb.CreateRunRequest(run=run, run_id=args.run_id or "", request_id=args.request_id or str(uuid.uuid4())),
     )
     if not args.wait:
         _show_run(created, args.output)
@@ -202,9 +194,7 @@ def _wait(client: Client, name: str, output: str) -> Any:
             elif kind == "state":
                 state = _state_name(ev.state.state)
                 console.print(f"  {state}: {ev.state.reason}")
-            prog.update(
-                task, description=f"{name}: {state}  sim {sim}  fires {fires}  verdicts {verdicts}"
-            )
+            prog.update(task, description=f"{name}: {state}  sim {sim}  fires {fires}  verdicts {verdicts}")
     return client.call("GetRun", pb.GetRunRequest(name=name))
 
 
@@ -264,9 +254,7 @@ def cmd_runs_list(args: argparse.Namespace, client: Client) -> int:
     while True:
         resp = client.call(
             "ListRuns",
-            pb.ListRunsRequest(
-                page_size=args.page_size, page_token=token, filter=args.filter or ""
-            ),
+            pb.ListRunsRequest(page_size=args.page_size, page_token=token, filter=args.filter or ""),
         )
         runs.extend(resp.runs)
         token = resp.next_page_token
@@ -309,11 +297,7 @@ def _event_line(ev: Any) -> str:
     elif kind == "turn":
         detail = f"{body.round_id} {body.phase} delay {body.delivery_delay_ms:.1f} ms: {body.reply[:60]!r}"
     elif kind == "verdict":
-        detail = (
-            f"{body.round_id} score {body.score:.2f}"
-            if body.graded
-            else f"{body.round_id} ungradable"
-        )
+        detail = f"{body.round_id} score {body.score:.2f}" if body.graded else f"{body.round_id} ungradable"
     else:
         detail = f"{_state_name(body.state)} {body.reason}"
     return f"{ev.seq:>6} {sim} {kind:<7} {detail}"
@@ -322,9 +306,7 @@ def _event_line(ev: Any) -> str:
 def cmd_runs_watch(args: argparse.Namespace, client: Client) -> int:
     from sclate.v1 import sclate_pb2 as pb
 
-    for ev in client.stream(
-        "WatchRun", pb.WatchRunRequest(name=_run_name(args.name), after_seq=args.after_seq)
-    ):
+    for ev in client.stream("WatchRun", pb.WatchRunRequest(name=_run_name(args.name), after_seq=args.after_seq)):
         if args.output == "json":
             print(json.dumps(_to_dict(ev)), flush=True)
         else:
@@ -354,9 +336,7 @@ def write_atomic(out: Path, chunks: Iterator[bytes]) -> None:
 def cmd_runs_export(args: argparse.Namespace, client: Client) -> int:
     from sclate.v1 import sclate_pb2 as pb
 
-    req = pb.ExportTrajectoriesRequest(
-        run=_run_name(args.name), format=args.format, trainable_roles=args.role or []
-    )
+    req = pb.ExportTrajectoriesRequest(run=_run_name(args.name), format=args.format, trainable_roles=args.role or [])
     rows = 0
 
     def chunks() -> Iterator[bytes]:
@@ -393,9 +373,7 @@ def cmd_runs_trajectories(args: argparse.Namespace, client: Client) -> int:
 def _snapshot_name(text: str) -> str:
     name = text if text.startswith("runs/") else f"runs/{text}"
     if name.count("/") != 3 or name.split("/")[2] != "snapshots":
-        raise CliError(
-            f"{text!r} is not a snapshot name: RUN/snapshots/ID (or runs/RUN/snapshots/ID)"
-        )
+        raise CliError(f"{text!r} is not a snapshot name: RUN/snapshots/ID (or runs/RUN/snapshots/ID)")
     return name
 
 
@@ -472,9 +450,7 @@ def _add_snapshot_commands(runs: Any) -> None:
     )
     rs.add_argument("snapshot", help="RUN/snapshots/ID")
     rs.add_argument("--branch", metavar="NEW_RUN_ID", help="a new run from the snapshot")
-    rs.add_argument(
-        "--label", action="append", metavar="KEY=VALUE", help="a label of the new run"
-    )
+    rs.add_argument("--label", action="append", metavar="KEY=VALUE", help="a label of the new run")
     _add_output(rs)
     rs.set_defaults(func=cmd_runs_restore)
 
@@ -501,9 +477,7 @@ def cmd_benchmarks_list(args: argparse.Namespace, client: Client) -> int:
         _print_json(_to_dict(resp))
         return 0
     for b in resp.benchmarks:
-        print(
-            f"{b.name:<14} {b.description}  [data: {b.data_format}; scenarios: {', '.join(b.scenarios) or '-'}]"
-        )
+        print(f"{b.name:<14} {b.description}  [data: {b.data_format}; scenarios: {', '.join(b.scenarios) or '-'}]")
     return 0
 
 
@@ -562,18 +536,14 @@ def _add_output(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="sclate", description="Client of the sclated daemon, and local sclate tools."
-    )
+    p = argparse.ArgumentParser(prog="sclate", description="Client of the sclated daemon, and local sclate tools.")
     p.add_argument(
         "--endpoint",
         default=None,
         help=f"HOST:PORT or unix:PATH (env SCLATE_ENDPOINT; default {DEFAULT_ENDPOINT} or {SYSTEM_SOCKET})",
     )
     p.add_argument("--token", default=None, help="bearer token (env SCLATE_TOKEN)")
-    p.add_argument(
-        "--tls-ca", type=Path, default=None, help="CA certificate to verify a TLS daemon"
-    )
+    p.add_argument("--tls-ca", type=Path, default=None, help="CA certificate to verify a TLS daemon")
     sub = p.add_subparsers(dest="command", required=True)
 
     runs = sub.add_parser("runs", help="create, inspect and control runs").add_subparsers(
@@ -597,9 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--label", action="append", metavar="KEY=VALUE")
     c.add_argument("--run-id")
     c.add_argument("--request-id", help="idempotency key (default: a fresh one)")
-    c.add_argument(
-        "--wait", action="store_true", help="show live progress; exit 1 unless the run SUCCEEDED"
-    )
+    c.add_argument("--wait", action="store_true", help="show live progress; exit 1 unless the run SUCCEEDED")
     _add_output(c)
     c.set_defaults(func=cmd_runs_create)
     for name, fn, help_ in (
@@ -631,21 +599,15 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("name")
     _add_output(tr)
     for sp, fn in ((ex, cmd_runs_export), (tr, cmd_runs_trajectories)):
-        sp.add_argument(
-            "--role", action="append", help="a trainable role (repeatable; default: agent)"
-        )
+        sp.add_argument("--role", action="append", help="a trainable role (repeatable; default: agent)")
         sp.set_defaults(func=fn)
     _add_snapshot_commands(runs)
 
-    b = sub.add_parser("benchmarks", help="benchmarks the daemon offers").add_subparsers(
-        dest="b_cmd", required=True
-    )
+    b = sub.add_parser("benchmarks", help="benchmarks the daemon offers").add_subparsers(dest="b_cmd", required=True)
     bl = b.add_parser("list")
     _add_output(bl)
     bl.set_defaults(func=cmd_benchmarks_list)
-    a = sub.add_parser("agents", help="agent harnesses the daemon offers").add_subparsers(
-        dest="a_cmd", required=True
-    )
+    a = sub.add_parser("agents", help="agent harnesses the daemon offers").add_subparsers(dest="a_cmd", required=True)
     al = a.add_parser("list")
     _add_output(al)
     al.set_defaults(func=cmd_agents_list)
@@ -659,11 +621,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(local=cmd_bench)
     images = sub.add_parser("images", help="sandbox images").add_subparsers(dest="i_cmd", required=True)
-    ib = images.add_parser("build", help="build every image locally (content-hashed tags; nothing rebuilt twice)", add_help=False)
+    ib = images.add_parser(
+        "build", help="build every image locally (content-hashed tags; nothing rebuilt twice)", add_help=False
+    )
     ib.add_argument("rest", nargs=argparse.REMAINDER)
     ib.set_defaults(local=cmd_images)
     model = sub.add_parser("model", help="the embedded model").add_subparsers(dest="m_cmd", required=True)
-    ms = model.add_parser("serve", help="serve a GGUF (default SmolLM2-135M-Instruct) over OpenAI/Anthropic APIs", add_help=False)
+    ms = model.add_parser(
+        "serve", help="serve a GGUF (default SmolLM2-135M-Instruct) over OpenAI/Anthropic APIs", add_help=False
+    )
     ms.add_argument("rest", nargs=argparse.REMAINDER)
     ms.set_defaults(local=cmd_model_serve)
     doctor = sub.add_parser("doctor", help="check the engine, images, simulated time, proxy and model", add_help=False)
