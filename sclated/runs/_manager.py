@@ -621,8 +621,16 @@ class RunManager:
             spec = RunSpec.from_dict(live.row.spec)
             judge = self.judge_factory(spec) if self.judge_factory is not None else None
             run_dir = self.runs_dir / live.key if self.runs_dir is not None else None
-            worker = RunWorker(
-                live.key, spec, self.registry, _Sink(self, live), journal=journal, judge=judge, run_dir=run_dir
+            # Loading a scenario reads its upstream files: off the event loop.
+            worker = await asyncio.to_thread(
+                RunWorker,
+                live.key,
+                spec,
+                self.registry,
+                _Sink(self, live),
+                journal=journal,
+                judge=judge,
+                run_dir=run_dir,
             )
             live.worker = worker
             worker.on_save_snapshot = functools.partial(self.snapshots.on_effect, live)
