@@ -65,7 +65,7 @@ _NOTES = (
     "sse_transit_added_ms_per_chunk_p50 compares each chunk's transit (arrival - the "
     "upstream's send stamp) instead: the relay cost alone. plain_mitm_added_ms_p50 is mitmdump "
     "without the addon in front of the same echo upstream: the part of the overhead that is "
-    "mitmproxy's own. model_pairs < calls: model calls take ~100x longer."
+    "mitmproxy's own. model_pairs < calls: model calls take ~100x longer. plain_mitm_sse_added_ms_per_chunk_p50 is the SSE figure through mitmdump without the addon, which buffers a whole event stream (nothing sets flow.response.stream): the addon's tee is what makes chunks flow."
 )
 
 
@@ -484,8 +484,13 @@ async def bench_proxy(*, calls: int = 100, quick: bool = False, with_model: bool
             _, (plain_port,) = await stack.enter_async_context(
                 _mitmdump(tmp / "plain", control.path, secret, [echo_url], addon=False)
             )
-            plain = await _paired(echo_direct, client(f"http://127.0.0.1:{plain_port}"), "echo", calls, [0])
+            plain_client = client(f"http://127.0.0.1:{plain_port}")
+            plain = await _paired(echo_direct, plain_client, "echo", calls, [0])
             out["plain_mitm_added_ms_p50"] = round(plain["added_ms_p50"], 3)
+            # The same SSE measurement through mitmdump without the addon: what of the
+            # per-chunk figure is mitmproxy's own streaming, and what is the capture's.
+            plain_sse = await _paired_sse(echo_direct, plain_client, streams, [0])
+            out["plain_mitm_sse_added_ms_per_chunk_p50"] = round(plain_sse["sse_added_ms_per_chunk_p50"], 3)
             if model_server is not None:
                 m_direct, m_proxied = client(model_server.url), client(f"http://127.0.0.1:{ports[1]}")
                 model_pairs = max(3, calls // 4)
