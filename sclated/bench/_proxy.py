@@ -65,7 +65,9 @@ _NOTES = (
     "sse_transit_added_ms_per_chunk_p50 compares each chunk's transit (arrival - the "
     "upstream's send stamp) instead: the relay cost alone. plain_mitm_added_ms_p50 is mitmdump "
     "without the addon in front of the same echo upstream: the part of the overhead that is "
-    "mitmproxy's own. model_pairs < calls: model calls take ~100x longer. plain_mitm_sse_added_ms_per_chunk_p50 is the SSE figure through mitmdump without the addon, which buffers a whole event stream (nothing sets flow.response.stream): the addon's tee is what makes chunks flow."
+    "mitmproxy's own. model_pairs < calls: model calls take ~100x longer. "
+    "plain_mitm_sse_added_ms_per_chunk_p50 is the SSE figure through mitmdump without the addon, which "
+    "buffers a whole event stream (nothing sets flow.response.stream): the addon's tee makes chunks flow."
 )
 
 
