@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import string
 
+from sclated.errors import InvalidArgument
+
 __all__ = ["QUESTION_TYPES", "anscheck_prompt", "contains_match", "exact_match", "judge_label"]
 
 QUESTION_TYPES = (
@@ -78,7 +80,10 @@ def anscheck_prompt(
         return _KNOWLEDGE_UPDATE.format(question, answer, response)
     if task == "single-session-preference":
         return _PREFERENCE.format(question, answer, response)
-    raise NotImplementedError(f"LongMemEval has no judge prompt for question type {task!r}")
+    # Upstream raises NotImplementedError here; in sclate it is the data that is wrong.
+    raise InvalidArgument(
+        f"LongMemEval has no judge prompt for question type {task!r}", field="question_type"
+    )
 
 
 def judge_label(judge_reply: str) -> bool:

@@ -129,7 +129,7 @@ def test_judge_prompts_match_upstream_per_type() -> None:
     )
     pref = anscheck_prompt("single-session-preference", "Q", "A", "R")
     assert "\n\nQuestion: Q\n\nRubric: A\n\nModel Response: R\n\n" in pref
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(InvalidArgument, match="no-such-type"):
         anscheck_prompt("no-such-type", "Q", "A", "R")
     # Upstream reads any "yes" in the judge's reply as a pass.
     assert judge_label("Yes.") and judge_label("yes, it is") and not judge_label("No")
