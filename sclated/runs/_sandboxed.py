@@ -20,7 +20,6 @@ import shlex
 import shutil
 import tarfile
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,6 @@ from sclated.clock import Lease
 from sclated.errors import (
     FailedPrecondition,
     InvalidArgument,
-    ModelUnavailable,
     NotFound,
     RuntimeUnavailable,
     SclateError,
@@ -48,7 +46,6 @@ __all__ = ["AGENT_PORTS", "RunEnvironment", "SandboxServices", "SandboxedHarness
 log = logging.getLogger("sclated.sandbox")
 
 AGENT_PORTS = {"agent": 4001, "memory": 4002, "aux": 4003}
-_NS = 1_000_000_000
 
 
 @dataclass(slots=True)
@@ -493,6 +490,3 @@ async def _image_ref(name: str) -> str:
             reason="IMAGE_MISSING",
         ) from exc
     return ref
-
-
-_ = (ModelUnavailable, time, _NS)
