@@ -35,6 +35,7 @@ from sclated.errors import SclateError
 from sclated.runs import ManagerConfig, Registry, RunManager, RunSpec, default_registry
 from sclated.runs._model_service import EmbeddedModel, chat_once
 from sclated.runs._sandboxed import SandboxServices, short_sockets_dir
+from sclated.runtime import SnapshotInfo
 from sclated.store import Store
 
 __all__ = ["Daemon"]
@@ -180,10 +181,19 @@ class Daemon:
             runtime = await self.services.runtime()
         except SclateError:
             runtime = None
+        run_dir = self.config.state_dir / "runs" / run_key
         if runtime is not None:
             for c in await runtime.list_containers({"sclate.run": run_id, "sclate.tenant": tenant}):
                 await runtime.remove(c.id)
-        await asyncio.to_thread(shutil.rmtree, self.config.state_dir / "runs" / run_key, True)
+            # The run's snapshot images, found through its own snapshot records (the
+            # image names carry only the run id, which another tenant may share).
+            for meta in await asyncio.to_thread(lambda: sorted(run_dir.glob("snapshots/*/sandbox"))):
+                try:
+                    info = await SnapshotInfo.load(meta)
+                except SclateError:
+                    continue
+                await runtime.remove_image(info.image)
+        await asyncio.to_thread(shutil.rmtree, run_dir, True)
 
     def _judge_for(self, spec: RunSpec) -> Callable[[str], Awaitable[str]]:
         judge_url = str(spec.benchmark.options.get("judge_base_url", "")) or spec.agent.model.base_url

@@ -153,6 +153,10 @@ async def test_branch_of_a_sandboxed_run_starts_from_its_files(tmp_path: Path) -
                 assert await _containers("snap-branch") == []  # gone with the run
                 async with aiodocker.Docker() as docker:
                     assert await docker.images.inspect(snap.image)  # the snapshot stays
+                    # ... until its run is deleted: then its image goes too.
+                    await stub.DeleteRun(pb.DeleteRunRequest(name=src.name))
+                    with pytest.raises(aiodocker.exceptions.DockerError):
+                        await docker.images.inspect(snap.image)
         finally:
             await _stop(proc)
 
