@@ -14,6 +14,7 @@ import logging
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,13 @@ __all__ = ["EmbeddedModel", "chat_once"]
 log = logging.getLogger("sclated.model")
 
 
+_START_ATTEMPTS = 3
+
+
+class _KilledAtStart(Exception):
+    pass
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -34,7 +42,16 @@ def _free_port() -> int:
 
 
 class EmbeddedModel:
-    def __init__(self, *, log_path: Path, gguf: Path | None = None, start_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        *,
+        log_path: Path,
+        gguf: Path | None = None,
+        start_timeout_s: float = 120.0,
+        server_argv: Sequence[str] | None = None,
+    ) -> None:
+        """``server_argv`` replaces ``python -m sclated.model`` (``--host/--port`` are appended)."""
+        self._server_argv = list(server_argv) if server_argv else [sys.executable, "-m", "sclated.model"]
         self._log_path = log_path
         self._gguf = gguf
         self._timeout = start_timeout_s
@@ -47,11 +64,21 @@ class EmbeddedModel:
         async with self._lock:
             if self._proc is not None and self._proc.returncode is None and self._url:
                 return self._url
-            return await self._start()
+            for attempt in range(1, _START_ATTEMPTS + 1):
+                try:
+                    return await self._start()
+                except _KilledAtStart as exc:
+                    # llama.cpp has been seen to die by a signal while loading (rarely,
+                    # not reproducibly): a daemon restarts its child rather than fail a run.
+                    log.warning("embedded model server killed while starting (attempt %d): %s", attempt, exc)
+            raise ModelUnavailable(
+                f"the embedded model server was killed by a signal {_START_ATTEMPTS} times while starting; "
+                f"see {self._log_path}"
+            )
 
     async def _start(self) -> str:
         port = _free_port()
-        args = [sys.executable, "-m", "sclated.model", "--host", "127.0.0.1", "--port", str(port)]
+        args = [*self._server_argv, "--host", "127.0.0.1", "--port", str(port)]
         if self._gguf is not None:
             args += ["--gguf", str(self._gguf)]
         await asyncio.to_thread(self._log_path.parent.mkdir, parents=True, exist_ok=True)
@@ -64,6 +91,8 @@ class EmbeddedModel:
         deadline = time.monotonic() + self._timeout
         async with aiohttp.ClientSession() as http:
             while True:
+                if self._proc.returncode is not None and self._proc.returncode < 0:
+                    raise _KilledAtStart(f"signal {-self._proc.returncode}")
                 if self._proc.returncode is not None:
                     tail = await asyncio.to_thread(self._tail)
                     raise ModelUnavailable(
