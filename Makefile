@@ -9,7 +9,7 @@ WHEEL_CACHE ?= $(HOME)/.cache/sclate/wheels
 LLAMA_VERSION := 0.3.36
 DATA ?=
 
-.PHONY: demo test system venv images ts lint proto clean
+.PHONY: demo test system venv images ts lint proto clean constraints
 
 system:
 	@bash scripts/setup-system.sh
@@ -34,12 +34,12 @@ $(LLAMA_WHEELS)/.built:
 	@printf '%s\n' '$(LLAMA_CMAKE_ARGS)' > $(LLAMA_WHEELS)/cmake-args.txt
 	@touch $@
 
-$(VENV)/.stamp: pyproject.toml $(LLAMA_WHEELS)/.built
+$(VENV)/.stamp: pyproject.toml constraints.txt $(LLAMA_WHEELS)/.built
 	@echo "[setup] Python environment in $(VENV)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) "llama-cpp-python==$(LLAMA_VERSION)"
-	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) -e ".[dev,model]"
+	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) -c constraints.txt -e ".[dev,model]"
 	@touch $@
 
 venv: $(VENV)/.stamp
@@ -68,6 +68,10 @@ test: system venv images ts
 	@$(PY) -m pytest -q -p no:cacheprovider --durations=12
 	@echo "[test] TypeScript client against a real daemon"
 	@cd clients/typescript && SCLATED=$(CURDIR)/$(VENV)/bin/sclated npm test --silent
+
+# Pin what the venv resolved (run after changing dependencies in pyproject.toml).
+constraints: venv
+	@{ sed -n '1,3p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^sclate'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 lint: venv
 	@$(VENV)/bin/ruff check .
