@@ -79,16 +79,21 @@ class TurnResult:
     started_ns: int
     ended_ns: int
     received_wall_ns: int
-    """Wall time at which the harness received the message (delivery delay)."""
+    """Monotonic wall time at which the harness received the message (delivery delay);
+    the host's and a container's monotonic clocks are the same kernel clock."""
     details: Mapping[str, Any] = field(default_factory=dict)
+    received_sim_ns: int | None = None
+    """The simulated time the harness itself read from its own clock when the message
+    arrived (inside a sandbox: libfaketime's). None for an agent without a clock of its
+    own; then the delivery cannot be checked for order and earliness."""
+    received_seq: int | None = None
+    """The harness's own count of messages received (per harness process)."""
 
 
 class GradeContext(Protocol):
     """What grading may use: the agent's workspace and replies, a judge model."""
 
-    async def exec_in_workspace(
-        self, command: str, *, timeout_s: float = 120.0
-    ) -> tuple[int, str]: ...
+    async def exec_in_workspace(self, command: str, *, timeout_s: float = 120.0) -> tuple[int, str]: ...
 
     def reply_for(self, round_id: str) -> str | None: ...
 

@@ -143,16 +143,12 @@ class ReferenceHarnessAdapter:
     def name(self) -> str:
         return self._name
 
-    async def _request(
-        self, req: Mapping[str, Any], want: str, timeout_s: float | None
-    ) -> dict[str, Any]:
+    async def _request(self, req: Mapping[str, Any], want: str, timeout_s: float | None) -> dict[str, Any]:
         async with self._lock:
             await self._t.send(json.dumps(req))
             return await asyncio.wait_for(self._read_until(want), timeout_s)
 
-    async def _read_until(
-        self, want: str, on: Callable[[dict[str, Any]], None] | None = None
-    ) -> dict[str, Any]:
+    async def _read_until(self, want: str, on: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         while True:
             line = await self._t.readline()
             if not line:
@@ -174,9 +170,7 @@ class ReferenceHarnessAdapter:
                 on(event)
 
     async def start_session(self, session: str) -> None:
-        await self._request(
-            {"type": "start_session", "session": session}, "session_started", self._control_timeout
-        )
+        await self._request({"type": "start_session", "session": session}, "session_started", self._control_timeout)
 
     async def stop_session(self) -> None:
         await self._request({"type": "stop_session"}, "session_stopped", self._control_timeout)
@@ -208,14 +202,15 @@ class ReferenceHarnessAdapter:
         }
         if end.get("error"):
             details["error"] = end["error"]
-        if "wall_ns" in received:
-            details["harness_received_clock_ns"] = received["wall_ns"]
+        clock_ns, seq = received.get("wall_ns"), received.get("seq")
         return TurnResult(
             reply=str(end.get("reply") or ""),
             started_ns=started,
             ended_ns=ended,
             received_wall_ns=int(received.get("mono_ns", received.get("host_mono_ns", 0))),
             details=details,
+            received_sim_ns=clock_ns if isinstance(clock_ns, int) else None,
+            received_seq=seq if isinstance(seq, int) else None,
         )
 
     async def save_state(self, dest: Path) -> None:
@@ -226,9 +221,7 @@ class ReferenceHarnessAdapter:
 
     async def restore_state(self, src: Path) -> None:
         text = await asyncio.to_thread((src / "reference_harness_state.json").read_text)
-        await self._request(
-            {"type": "load_state", "state": json.loads(text)}, "state_loaded", self._control_timeout
-        )
+        await self._request({"type": "load_state", "state": json.loads(text)}, "state_loaded", self._control_timeout)
 
     def routines(self) -> Sequence[EventSource]:
         if self._crontab is None:
@@ -282,9 +275,7 @@ def parse_crontab(text: str) -> list[CronLine]:
         else:
             fields = line.split(None, 5)
             if len(fields) < 6:
-                raise InvalidArgument(
-                    f"crontab line {no}: expected five fields and a command: {raw!r}"
-                )
+                raise InvalidArgument(f"crontab line {no}: expected five fields and a command: {raw!r}")
             expr, command = " ".join(fields[:5]), fields[5]
         if not command.strip():
             raise InvalidArgument(f"crontab line {no}: no command: {raw!r}")

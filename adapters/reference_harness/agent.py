@@ -10,7 +10,7 @@ Standard library only: it runs on the sandbox's system python3.
 Serve protocol (one JSON object per line each way):
 
     in  {"type": "message", "text": ..., "session": ..., "round_id": ...}
-    out {"type": "received", "wall_ns": ..., "mono_ns": ..., "round_id": ...}   at once
+    out {"type": "received", "wall_ns": ..., "mono_ns": ..., "seq": n, "round_id": ...}   at once
     out {"type": "turn_end", "round_id": ..., "reply": ..., "steps": n, "error": ...}
     in  {"type": "start_session", "session": ...}  out {"type": "session_started", ...}
     in  {"type": "stop_session"}                   out {"type": "session_stopped", ...}
@@ -132,21 +132,11 @@ def _env_float(name: str, default: float) -> float:
 
 @dataclass
 class Config:
-    base_url: str = field(
-        default_factory=lambda: os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:18080/v1")
-    )
+    base_url: str = field(default_factory=lambda: os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:18080/v1"))
     api_key: str = field(default_factory=lambda: os.environ.get("OPENAI_API_KEY", "sclate"))
-    model: str = field(
-        default_factory=lambda: os.environ.get(
-            "AGENT_MODEL", os.environ.get("OPENAI_MODEL", "default")
-        )
-    )
-    workspace: Path = field(
-        default_factory=lambda: Path(os.environ.get("AGENT_WORKSPACE", "/workspace"))
-    )
-    memory: Path = field(
-        default_factory=lambda: Path(os.environ.get("AGENT_MEMORY_DIR", "/memory"))
-    )
+    model: str = field(default_factory=lambda: os.environ.get("AGENT_MODEL", os.environ.get("OPENAI_MODEL", "default")))
+    workspace: Path = field(default_factory=lambda: Path(os.environ.get("AGENT_WORKSPACE", "/workspace")))
+    memory: Path = field(default_factory=lambda: Path(os.environ.get("AGENT_MEMORY_DIR", "/memory")))
     max_steps: int = field(default_factory=lambda: max(0, _env_int("AGENT_MAX_STEPS", 6)))
     shell_timeout: float = field(default_factory=lambda: _env_float("AGENT_SHELL_TIMEOUT", 60.0))
     output_cap: int = field(default_factory=lambda: max(200, _env_int("AGENT_OUTPUT_CAP", 4000)))
@@ -184,9 +174,7 @@ class Model:
         self.cfg = cfg
         self._tools_supported = True
 
-    def chat(
-        self, messages: list[dict[str, Any]], *, thread: str, turn: str, tools: bool
-    ) -> dict[str, Any]:
+    def chat(self, messages: list[dict[str, Any]], *, thread: str, turn: str, tools: bool) -> dict[str, Any]:
         """One chat completion; returns the choice's message."""
         body: dict[str, Any] = {
             "model": self.cfg.model,
@@ -499,10 +487,7 @@ class Agent:
         return "\n\n".join(parts)
 
     def _trim_history(self) -> None:
-        while (
-            self.history
-            and sum(len(str(m.get("content") or "")) for m in self.history) > self.cfg.history_chars
-        ):
+        while self.history and sum(len(str(m.get("content") or "")) for m in self.history) > self.cfg.history_chars:
             del self.history[:2]
 
     def turn(self, text: str, round_id: str | None = None) -> dict[str, Any]:
@@ -525,13 +510,10 @@ class Agent:
                     messages.append(
                         {
                             "role": "user",
-                            "content": "You have used all your tool steps. "
-                            "Answer now in plain text.",
+                            "content": "You have used all your tool steps. Answer now in plain text.",
                         }
                     )
-                message = self.model.chat(
-                    messages, thread=self.session, turn=turn_id, tools=allow_tools
-                )
+                message = self.model.chat(messages, thread=self.session, turn=turn_id, tools=allow_tools)
                 content = message.get("content")
                 content_text = content if isinstance(content, str) else ""
                 calls, why = parse_tool_calls(message) if allow_tools else ([], "no tools left")
@@ -607,11 +589,7 @@ class Agent:
         except ModelError as exc:
             return 1, f"consolidation failed, memory unchanged: {exc}"
         content = message.get("content")
-        text = (
-            re.sub(r"^```(?:markdown|md)?\s*|\s*```$", "", content.strip())
-            if isinstance(content, str)
-            else ""
-        )
+        text = re.sub(r"^```(?:markdown|md)?\s*|\s*```$", "", content.strip()) if isinstance(content, str) else ""
         if not text:
             return 1, "the model returned an empty memory; memory unchanged"
         _atomic_write(self.memory.main, text + "\n")
@@ -624,9 +602,7 @@ class Agent:
     def load_state(self, state: dict[str, Any]) -> None:
         self.session = str(state.get("session", "default"))
         history = state.get("history", [])
-        self.history = (
-            [m for m in history if isinstance(m, dict)] if isinstance(history, list) else []
-        )
+        self.history = [m for m in history if isinstance(m, dict)] if isinstance(history, list) else []
         self.turns = int(state.get("turns", 0))
 
 
@@ -645,6 +621,7 @@ def _emit(obj: dict[str, Any]) -> None:
 
 
 def serve(agent: Agent) -> int:
+    received = 0
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -658,19 +635,21 @@ def serve(agent: Agent) -> int:
         kind = req.get("type")
         if kind == "message":
             round_id = req.get("round_id")
+            received += 1
+            # Read before anything else: this is the receipt as the harness's own
+            # (simulated) clock saw it, which sclate checks for order and earliness.
             _emit(
                 {
                     "type": "received",
                     "wall_ns": time.time_ns(),
                     "mono_ns": time.monotonic_ns(),
+                    "seq": received,
                     "round_id": round_id,
                 }
             )
             if req.get("session") and req["session"] != agent.session:
                 agent.start_session(str(req["session"]))
-            result = agent.turn(
-                str(req.get("text", "")), round_id if isinstance(round_id, str) else None
-            )
+            result = agent.turn(str(req.get("text", "")), round_id if isinstance(round_id, str) else None)
             _emit({"type": "turn_end", "round_id": round_id, "wall_ns": time.time_ns(), **result})
         elif kind == "start_session":
             agent.start_session(req.get("session"))

@@ -2,6 +2,7 @@
 
 from sclated.clock._clock import ClockConfig, ClockMode, Jump, SimClock, TimePublisher
 from sclated.clock._leases import ExpiredLease, Lease, LeaseChange, LeaseInfo, LeaseTable
+from sclated.clock._ledger import WallLedger
 
 __all__ = [
     "ClockConfig",
@@ -14,4 +15,5 @@ __all__ = [
     "LeaseTable",
     "SimClock",
     "TimePublisher",
+    "WallLedger",
 ]

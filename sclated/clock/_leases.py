@@ -26,6 +26,7 @@ class Lease:
     id: int
     name: str
     holder: str
+    kind: str = "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,8 @@ class LeaseInfo:
     acquired_sim_ns: int | None
     expires_wall_ns: int | None
     heartbeats: int
+    kind: str = "other"
+    """What kind of work holds it (see WallLedger): the agent's turn, a model call, grading, ..."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,7 @@ class _Held:
             acquired_sim_ns=self.acquired_sim_ns,
             expires_wall_ns=self.expires_wall_ns,
             heartbeats=self.heartbeats,
+            kind=self.lease.kind,
         )
 
 
@@ -141,6 +145,7 @@ class LeaseTable:
         *,
         ttl_ns: int | None = None,
         sim_ns: int | None = None,
+        kind: str = "other",
     ) -> Lease:
         if not name:
             raise InvalidArgument("a lease needs a non-empty name", field="name")
@@ -150,7 +155,7 @@ class LeaseTable:
         if ttl is not None and ttl <= 0:
             raise InvalidArgument(f"lease {name!r}: ttl must be positive, got {ttl} ns", field="ttl")
         now = self._wall()
-        lease = Lease(next(self._ids), name, holder)
+        lease = Lease(next(self._ids), name, holder, kind)
         held = _Held(lease, now, sim_ns, ttl, None if ttl is None else now + ttl)
         if not self._held:
             self._busy_since = now

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sclated.clock import ExpiredLease, Jump, Lease, LeaseChange, SimClock
+from sclated.clock import ExpiredLease, Jump, Lease, LeaseChange, SimClock, WallLedger
 from sclated.errors import FailedPrecondition, InvalidArgument
 from sclated.scheduler import (
     At,
@@ -31,6 +31,9 @@ from sclated.scheduler import (
 )
 
 __all__ = ["EffectExecutor", "RunLoop", "RunObserver", "RunSummary"]
+
+# What the loop's own dispatch leases count as in the wall-time ledger.
+_DISPATCH_WORK = {"agent_control": "session_control", "save_snapshot": "snapshot"}
 
 EffectExecutor = Callable[[FireRecord, Effect], Awaitable[None] | None]
 """Executes one effect. Return None for work done at once; an awaitable for
@@ -100,6 +103,7 @@ class RunLoop:
         end_ns: int | None = None,
         observer: RunObserver | None = None,
         stop_when_idle: bool = True,
+        ledger: WallLedger | None = None,
     ) -> None:
         if clock.now() != scheduler.now_ns and scheduler.now_ns > clock.now():
             raise InvalidArgument("the clock starts before the scheduler's time", field="clock")
@@ -110,6 +114,8 @@ class RunLoop:
         self._end_ns = end_ns
         self._observer = observer
         self._stop_when_idle = stop_when_idle
+        self.ledger = ledger if ledger is not None else WallLedger(clock.leases, priority=())
+        """Where the loop's wall time goes (publication, settle, waiting, dispatch)."""
         self._changed = asyncio.Event()
         self._stop_reason: str | None = None
         self._waiters: dict[str, asyncio.Future[int]] = {}
@@ -215,6 +221,7 @@ class RunLoop:
         leases = self.leases
         end_ns = self._end_ns
         settle_passes = clock.config.settle_passes
+        ledger = self.ledger
         try:
             while True:
                 if self._stop_reason is not None:
@@ -228,7 +235,9 @@ class RunLoop:
                     break
                 fire = sched.pop_due(now if end_ns is None or now < end_ns else end_ns)
                 if fire is not None:
-                    settle = 0
+                    if settle:
+                        settle = 0
+                        ledger.end("settle")
                     await self._dispatch(fire)
                     passes_since_yield += 1
                     if passes_since_yield >= 256:
@@ -244,6 +253,8 @@ class RunLoop:
                     # may be about to take a lease or register a wake-up, so
                     # it gets the same settle window as a jump.
                     if settle < settle_passes:
+                        if settle == 0:
+                            ledger.begin("settle")
                         settle += 1
                         await asyncio.sleep(0)
                         continue
@@ -252,17 +263,29 @@ class RunLoop:
                 if nxt is not None and clock.can_jump():
                     if settle < settle_passes:
                         # Let tasks that are about to take a lease or register an event run first.
+                        if settle == 0:
+                            ledger.begin("settle")
                         settle += 1
                         await asyncio.sleep(0)
                         continue
                     settle = 0
+                    ledger.end("settle")
                     if clock.jump_to(nxt) is not None:
-                        await clock.publish()
+                        with ledger.segment("time_publication"):
+                            await clock.publish()
                     continue
                 settle = 0
+                ledger.end("settle")
                 passes_since_yield = 0
-                await self._wait_for_change(nxt)
+                if leases.held:
+                    await self._wait_for_change(nxt)
+                else:
+                    # Nothing busy and no jump allowed (a REALTIME clock, or a
+                    # waiter with nothing scheduled): scenario time passing.
+                    with ledger.segment("waiting"):
+                        await self._wait_for_change(nxt)
         finally:
+            ledger.end("settle")
             self._running = False
         end_wall = time.monotonic_ns()
         return RunSummary(
@@ -328,7 +351,12 @@ class RunLoop:
                 continue  # applied by the scheduler itself
             result = self._executor(fire, effect)
             if result is not None:
-                lease = self.leases.acquire(f"dispatch:{effect.kind}", fire.event_id, sim_ns=fire.fired_ns)
+                lease = self.leases.acquire(
+                    f"dispatch:{effect.kind}",
+                    fire.event_id,
+                    sim_ns=fire.fired_ns,
+                    kind=_DISPATCH_WORK.get(effect.kind, "dispatch"),
+                )
                 try:
                     await result
                 finally:

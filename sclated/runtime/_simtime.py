@@ -49,10 +49,21 @@ def format_offset(offset_ns: int) -> str:
     return f"{sign}{whole}.{frac:09d}"
 
 
-def publish_time_sync(time_file: Path, sim_ns: int, *, now_ns: int | None = None) -> int:
-    """Write the offset for ``sim_ns`` atomically; returns the offset in ns."""
+def publish_time_sync(
+    time_file: Path, sim_ns: int, *, now_ns: int | None = None, taken_mono_ns: int | None = None
+) -> int:
+    """Write the offset for ``sim_ns`` atomically; returns the offset in ns.
+
+    ``taken_mono_ns``: the monotonic time at which ``sim_ns`` was read from a
+    flowing clock. The time spent since (a thread hop, a busy loop) is added,
+    so the sandbox's clock does not lag the run's clock by the publication's
+    own latency; a message delivered right after a jump would otherwise be
+    seen inside before its scheduled time.
+    """
     if sim_ns < 0:
         raise InvalidArgument(f"simulated time {sim_ns} is before 1970", field="sim_ns")
+    if taken_mono_ns is not None:
+        sim_ns += max(0, time.monotonic_ns() - taken_mono_ns)
     real = time.time_ns() if now_ns is None else now_ns
     offset = sim_ns - real
     data = (format_offset(offset) + "\n").encode()
@@ -72,8 +83,9 @@ def publish_time_sync(time_file: Path, sim_ns: int, *, now_ns: int | None = None
     return offset
 
 
-async def publish_time(time_file: Path, sim_ns: int) -> int:
-    """Make ``sim_ns`` the current simulated time for every process reading ``time_file``."""
-    # The offset is taken against the real clock at the moment of writing, not
-    # when the thread gets scheduled.
-    return await asyncio.to_thread(publish_time_sync, time_file, sim_ns)
+async def publish_time(time_file: Path, sim_ns: int, *, flowing: bool = True) -> int:
+    """Make ``sim_ns`` (the run's time now) the current simulated time for every process
+    reading ``time_file``. ``flowing``: the run's clock moves on at wall rate while this
+    is written, so the offset accounts for the time the write takes to happen."""
+    taken = time.monotonic_ns() if flowing else None
+    return await asyncio.to_thread(publish_time_sync, time_file, sim_ns, taken_mono_ns=taken)

@@ -1,0 +1,107 @@
+"""The run's wall time split into the agent's own work and the substrate's overhead.
+
+The split can fail both ways: a slow agent turn lands in agent_s, a slow
+session start (the substrate's job) lands in overhead_s, and the kinds add up
+to the wall time measured."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters import TurnResult
+from adapters.synthetic import SyntheticBenchmark
+from sclated.runs import AgentEntry, Registry, RunSpec, RunWorker
+from sclated.scheduler import DeliverPrompt, EventSource
+
+
+class SlowPartsAgent:
+    """Test double: turns and session starts take the wall time it is told to."""
+
+    def __init__(self, turn_s: float, start_s: float) -> None:
+        self._turn_s = turn_s
+        self._start_s = start_s
+
+    @property
+    def name(self) -> str:
+        return "slow-parts"
+
+    async def start_session(self, session: str) -> None:
+        await asyncio.sleep(self._start_s)
+
+    async def stop_session(self) -> None:
+        pass
+
+    async def deliver(self, prompt: DeliverPrompt) -> TurnResult:
+        received = time.monotonic_ns()
+        await asyncio.sleep(self._turn_s)
+        return TurnResult(reply="ok", started_ns=0, ended_ns=0, received_wall_ns=received)
+
+    async def save_state(self, dest: Path) -> None:
+        pass
+
+    async def restore_state(self, src: Path) -> None:
+        pass
+
+    def routines(self) -> Sequence[EventSource]:
+        return ()
+
+
+class _Sink:
+    def emit(self, kind: str, payload: dict[str, Any], sim_ns: int) -> None:
+        pass
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        pass
+
+    def progress(self, sim_ns: int) -> None:
+        pass
+
+
+async def _split(turn_s: float, start_s: float) -> dict[str, Any]:
+    registry = Registry()
+    registry.add_benchmark(SyntheticBenchmark())
+
+    def factory(options: Mapping[str, Any]) -> SlowPartsAgent:
+        return SlowPartsAgent(turn_s, start_s)
+
+    registry.add_agent(AgentEntry("slow-parts", "test double", sandboxed=False, factory=factory))
+    spec = RunSpec.from_dict(
+        {
+            "benchmark": {"name": "synthetic", "options": {"days": 2, "events_per_day": 2}},
+            "agent": {"harness": "slow-parts"},
+        }
+    )
+    outcome = await RunWorker("local/split", spec, registry, _Sink()).run()
+    assert outcome.state == "SUCCEEDED", outcome.reason
+    s: dict[str, Any] = outcome.results["scheduler"]
+    return s
+
+
+async def test_slow_turns_are_the_agents_own_work() -> None:
+    s = await _split(turn_s=0.2, start_s=0.0)
+    # 2 days x (2 tasks + 1 review), each turn at least 0.2 s of the agent's time.
+    assert s["agent_s"] >= 6 * 0.2
+    assert s["overhead_fraction"] < 0.5
+    assert s["compression_limit_agent"] == pytest.approx(s["sim_span_s"] / s["agent_s"])
+    assert s["compression_limit_agent"] < s["compression_limit"] * 1.5
+
+
+async def test_slow_session_control_is_the_substrates_overhead() -> None:
+    s = await _split(turn_s=0.0, start_s=0.3)
+    assert s["overhead_s"]["session_control"] >= 2 * 0.3
+    assert s["overhead_fraction"] > 0.5
+    # The old limit counts session control as busy; the agent's own limit does not.
+    assert s["compression_limit_agent"] > 2 * s["compression_limit"]
+
+
+async def test_the_kinds_add_up_to_the_wall_time() -> None:
+    s = await _split(turn_s=0.05, start_s=0.05)
+    total = s["agent_s"] + s["waiting_s"] + sum(s["overhead_s"].values())
+    assert total == pytest.approx(s["run_wall_s"], rel=1e-6)
+    assert s["run_wall_s"] >= s["wall_s"]
