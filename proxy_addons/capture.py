@@ -617,6 +617,7 @@ class _Call:
     injected: list[str] = dataclasses.field(default_factory=list)
     body_hash: str = ""
     retry_of: str | None = None
+    unleased: bool = False
     first_byte_ns: int | None = None
     streamed: bool = False
     chunks: list[dict[str, JSON]] = dataclasses.field(default_factory=list)
@@ -814,7 +815,9 @@ class SclateCapture:
             )
         except (OSError, ConnectionError, TimeoutError, ControlError) as e:
             # The call goes ahead regardless: a missing lease costs simulated
-            # time accuracy, refusing the call would break the agent.
+            # time accuracy, refusing the call would break the agent. The
+            # record says so, and the run counts it (calls_unleased).
+            call.unleased = True
             log.warning("sclate: call_start for %s not acknowledged: %s", call.call_id, e)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -926,6 +929,7 @@ class SclateCapture:
             "parent_thread": call.parent_thread,
             "branch_hint": call.branch_hint,
             "retry_of": call.retry_of,
+            "unleased": call.unleased,
             "warnings": warnings,
         }
 

@@ -5,6 +5,7 @@ and imports nothing from here); this package is the daemon side.
 """
 
 from sclated.capture._export import ATIF_SCHEMA_VERSION, EXPORT_FORMATS, export
+from sclated.capture._failures import FAILURE_CAUSES, failure_cause
 from sclated.capture._record import (
     API_KINDS,
     SCHEMA_VERSION,
@@ -30,6 +31,7 @@ __all__ = [
     "ATIF_SCHEMA_VERSION",
     "BRANCH_REASONS",
     "EXPORT_FORMATS",
+    "FAILURE_CAUSES",
     "SCHEMA_VERSION",
     "CallRecord",
     "CaptureSink",
@@ -47,4 +49,5 @@ __all__ = [
     "attach_rewards",
     "build_trajectories",
     "export",
+    "failure_cause",
 ]

@@ -176,6 +176,8 @@ class CallRecord:
     parent_thread: str | None = None
     branch_hint: str | None = None
     retry_of: str | None = None
+    unleased: bool = False
+    """The call went ahead without a clock lease (its ``call_start`` was not acknowledged)."""
     warnings: tuple[str, ...] = field(default_factory=tuple)
     schema: int = SCHEMA_VERSION
 
@@ -280,6 +282,7 @@ class CallRecord:
             parent_thread=_str(d, "parent_thread", optional=True),
             branch_hint=_str(d, "branch_hint", optional=True),
             retry_of=_str(d, "retry_of", optional=True),
+            unleased=_bool(d, "unleased", False),
             warnings=tuple(warnings),
             schema=SCHEMA_VERSION,
         )
@@ -314,5 +317,6 @@ class CallRecord:
             "parent_thread": self.parent_thread,
             "branch_hint": self.branch_hint,
             "retry_of": self.retry_of,
+            "unleased": self.unleased,
             "warnings": list(self.warnings),
         }

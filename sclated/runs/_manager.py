@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sclated.capture import EXPORT_FORMATS, Sample, export
+from sclated.capture import EXPORT_FORMATS, Sample, export, failure_cause
 from sclated.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -115,11 +115,29 @@ class _Live:
 
 
 def summarize_calls(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Captured model calls by role, with token counts (retries are not new calls)."""
+    """Captured model calls by role: token counts (a retry is not a new call), and every
+    failed attempt by cause (retries included: each one hit a broken endpoint)."""
     by_role: dict[str, dict[str, Any]] = {}
     for rec in records:
         role = str(rec.get("role", "unknown"))
-        row = by_role.setdefault(role, {"role": role, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        row = by_role.setdefault(
+            role,
+            {
+                "role": role,
+                "calls": 0,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+                "failed": 0,
+                "failed_by_cause": {},
+                "unleased": 0,
+            },
+        )
+        cause = failure_cause(rec)
+        if cause is not None:
+            row["failed"] += 1
+            row["failed_by_cause"][cause] = row["failed_by_cause"].get(cause, 0) + 1
+        if rec.get("unleased"):
+            row["unleased"] += 1
         if rec.get("retry_of"):
             continue
         row["calls"] += 1
@@ -127,6 +145,26 @@ def summarize_calls(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["prompt_tokens"] += int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
         row["completion_tokens"] += int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
     return sorted(by_role.values(), key=lambda r: str(r["role"]))
+
+
+def capture_totals(by_role: list[dict[str, Any]], at_close: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's capture health in one place: what failed, what went unleased, what was lost."""
+    failed_by_cause: dict[str, int] = {}
+    for row in by_role:
+        for cause, n in row["failed_by_cause"].items():
+            failed_by_cause[cause] = failed_by_cause.get(cause, 0) + n
+    at_close = at_close or {}
+    return {
+        "calls": sum(r["calls"] for r in by_role),
+        "calls_failed": sum(r["failed"] for r in by_role),
+        "failed_by_cause": dict(sorted(failed_by_cause.items())),
+        "calls_unleased": sum(r["unleased"] for r in by_role),
+        "calls_lost": int(at_close.get("calls_lost", 0)),
+        "calls_recovered_at_close": int(at_close.get("calls_recovered_at_close", 0)),
+        "drain": str(at_close.get("drain", "")),
+        "prompt_tokens": sum(r["prompt_tokens"] for r in by_role),
+        "completion_tokens": sum(r["completion_tokens"] for r in by_role),
+    }
 
 
 def _key(tenant: str, run_id: str) -> str:
@@ -656,10 +694,16 @@ class RunManager:
             log.exception("run %s failed", live.key)
             outcome = RunOutcome("FAILED", f"internal error: {type(exc).__name__}: {exc}")
         if outcome.state != "CANCELLED" or outcome.results:
-            with contextlib.suppress(Exception):
+            try:
                 calls = await self.store.calls(live.key)
+                by_role = summarize_calls(calls)
                 if calls:
-                    outcome.results["calls"] = summarize_calls(calls)
+                    outcome.results["calls"] = by_role
+                at_close = live.worker.capture_at_close() if live.worker is not None else None
+                if calls or at_close:
+                    outcome.results["capture"] = capture_totals(by_role, at_close)
+            except Exception:
+                log.exception("summarizing the captured calls of %s failed", live.key)
         if (
             self.config.write_reports
             and live.worker is not None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import secrets
@@ -169,6 +170,9 @@ class SandboxedHarness:
         self._inner: Any = None
         self._secret = secrets.token_hex(16)
         self._crontab_text = ""
+        self._sink: CaptureSink | None = None
+        self.capture_report: dict[str, Any] = {}
+        """How the capture proxy's records were handed over when the sandbox closed."""
 
     @property
     def name(self) -> str:
@@ -204,6 +208,7 @@ class SandboxedHarness:
         await self._bridge.start()
 
         sink = CaptureSink(_StoreRecords(services.store, env.run_key), env.leases)
+        self._sink = sink
         run_id = env.run_id
 
         async def hello(msg: Mapping[str, Any]) -> dict[str, Any]:
@@ -303,6 +308,9 @@ class SandboxedHarness:
     async def close(self) -> None:
         if self._stream is not None:
             await self._stream.close()
+        if self._sandbox is not None and self._control is not None:
+            # While the control socket still serves: the proxy hands over what it holds.
+            self.capture_report = await self._drain_capture()
         if self._control is not None:
             await self._control.close()
         if self._bridge is not None:
@@ -312,6 +320,51 @@ class SandboxedHarness:
                 await self._sandbox.remove()
         if self._env is not None and self._services is not None:
             await asyncio.to_thread(shutil.rmtree, self._sandbox_root(self._env), True)
+
+    async def _drain_capture(self, grace_s: float = 10.0) -> dict[str, Any]:
+        """Stop the capture proxy cleanly and store every record it could not deliver.
+
+        Records left in the spool are read out and stored here (idempotent by
+        call id); a record the daemon had rejected as invalid, or one that cannot
+        be read back, is lost and counted as such.
+        """
+        assert self._sandbox is not None and self._sink is not None and self._env is not None
+        report: dict[str, Any] = {"calls_lost": 0, "calls_recovered_at_close": 0, "drain": "ok"}
+        try:
+            res = await self._sandbox.exec(
+                ["sclate-capture-drain", "/var/spool/sclate", "--grace", str(grace_s)], timeout_s=grace_s + 20
+            )
+        except SclateError as exc:
+            report["drain"] = f"failed: {exc.message}"
+            log.warning("run %s: capture drain failed: %s", self._env.run_key, exc.message)
+            return report
+        done = False
+        for line in res.stdout.decode(errors="replace").splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if item.get("done"):
+                done = True
+                if not item.get("proxy_exited"):
+                    report["drain"] = "the capture proxy did not exit within the grace period"
+            elif item.get("rejected"):
+                report["calls_lost"] += 1
+            elif isinstance(item.get("record"), str):
+                try:
+                    stored = await self._sink.on_record(self._env.run_id, {"record": item["record"]})
+                except SclateError as exc:
+                    log.error("run %s: spooled record %s is invalid: %s", self._env.run_key, item.get("call_id"), exc)
+                    report["calls_lost"] += 1
+                    continue
+                if stored.get("stored"):
+                    report["calls_recovered_at_close"] += 1
+        if not done:
+            err = res.stderr.decode(errors="replace")[-300:]
+            report["drain"] = f"failed: the drain tool exited {res.exit_code}: {err}"
+        if report["calls_lost"] or report["drain"] != "ok":
+            log.warning("run %s: capture at close: %s", self._env.run_key, report)
+        return report
 
     async def _restore_sandbox(
         self, runtime: Any, manager: Any, spec: Any, env: RunEnvironment, snapshot_dir: Path

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import statistics
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -22,8 +21,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapters import AgentAdapter, Scenario, ScenarioConfig, Verdict
-from sclated.clock import ClockConfig, Jump, Lease, LeaseChange, SimClock
+from sclated.clock import ClockConfig, Jump, Lease, LeaseChange, SimClock, WallLedger
 from sclated.errors import FailedPrecondition, InvalidArgument, SclateError
+from sclated.runs._deliveries import Delivery, DeliveryLog
 from sclated.runs._journal_json import entry_from_json, entry_to_json
 from sclated.runs._loop import RunLoop, RunSummary
 from sclated.runs._registry import Registry
@@ -47,7 +47,13 @@ from sclated.scheduler import (
 
 __all__ = ["Capture", "RunOutcome", "RunSink", "RunWorker", "load_scenario"]
 
-_REPLY_LIMIT = 4096
+_REPLY_DISPLAY_LIMIT = 4096
+"""Replies are graded and journaled whole; the run event (for watchers) carries at
+most this many characters, marked ``reply_truncated``."""
+
+AGENT_WORK = ("turn", "model_call")
+"""Kinds of work (see WallLedger) that are the agent's own: its turns and model calls."""
+_WORK_PRIORITY = (*AGENT_WORK, "cron", "grading", "session_control", "snapshot", "dispatch", "time_publication")
 
 
 class RunSink(Protocol):
@@ -153,8 +159,9 @@ class RunWorker:
         self._turn_lock = asyncio.Lock()
         self._turn_lease: Lease | None = None
         self._failure: BaseException | None = None
-        self._delays_ms: list[float] = []
+        self.deliveries = DeliveryLog()
         self._fire_wall: dict[str, int] = {}
+        self.ledger: WallLedger | None = None
         self.loop: RunLoop | None = None
         self.timeline = Timeline()
         self.restore_from: Path | None = None
@@ -187,7 +194,8 @@ class RunWorker:
                 self.sink.journal(entry_to_json(entry))
         c = self.spec.clock
         clock = SimClock(ClockConfig(mode=c.mode, start_ns=sched.now_ns, rate=c.rate))
-        loop = RunLoop(sched, clock, self._execute, observer=self)
+        self.ledger = WallLedger(clock.leases, priority=_WORK_PRIORITY)
+        loop = RunLoop(sched, clock, self._execute, observer=self, ledger=self.ledger)
         self.loop = loop
         return loop
 
@@ -197,6 +205,9 @@ class RunWorker:
             rid = data.get("round_id")
             if rid:
                 self.replies[str(rid)] = str(data.get("reply", ""))
+            delivery = data.get("delivery")
+            if isinstance(delivery, dict):
+                self.deliveries.add(Delivery.from_json(delivery))
 
     def _note_grade(self, payload: dict[str, Any]) -> None:
         """A verdict from the journal (a resumed or restored run reports rounds graded before)."""
@@ -267,24 +278,24 @@ class RunWorker:
             if self.loop is not None:
                 self.loop.request_stop(f"failed: {exc}")
 
-    def _lease(self, name: str, fire: FireRecord) -> Lease:
+    def _lease(self, name: str, fire: FireRecord, kind: str) -> Lease:
         assert self.loop is not None
-        return self.loop.leases.acquire(name, self.agent.name, sim_ns=fire.fired_ns)
+        return self.loop.leases.acquire(name, self.agent.name, sim_ns=fire.fired_ns, kind=kind)
 
     def _execute(self, fire: FireRecord, effect: Effect) -> Awaitable[None] | None:
         if isinstance(effect, DeliverPrompt | Notify):
             # Taken now, at the fire, so the clock cannot jump before the turn starts.
-            lease = self._lease(f"turn:{fire.event_id}", fire)
+            lease = self._lease(f"turn:{fire.event_id}", fire, "turn")
             self._spawn(self._turn(fire, effect, lease))
             return None
         if isinstance(effect, Grade):
-            lease = self._lease(f"grade:{effect.check_id}", fire)
+            lease = self._lease(f"grade:{effect.check_id}", fire, "grading")
             self._spawn(self._grade(effect, lease))
             return None
         if isinstance(effect, AgentControl):
             return self._control(fire, effect)
         if isinstance(effect, ExecInSandbox):
-            lease = self._lease(f"exec:{effect.holder}", fire)
+            lease = self._lease(f"exec:{effect.holder}", fire, "cron")
             self._spawn(self._exec(effect, lease))
             return None
         if isinstance(effect, StopRun):
@@ -311,12 +322,16 @@ class RunWorker:
                     if self._turn_lease is not None and self._turn_lease is not lease:
                         loop.leases.release(self._turn_lease)
                     self._turn_lease = None
-            lateness_ns = fire.fired_ns - fire.due_ns if loop.clock.flows else 0
-            fired_wall = self._fire_wall.get(fire.event_id, result.received_wall_ns)
-            delay_ms = (lateness_ns + max(0, result.received_wall_ns - fired_wall)) / 1e6
-            self._delays_ms.append(delay_ms)
+            delay_ms: float | None = None
+            fired_wall = self._fire_wall.get(fire.event_id)
+            if result.received_wall_ns and fired_wall is not None:
+                # Never clamped: a receipt before the fire is a clock fault, counted as such.
+                lateness_ns = fire.fired_ns - fire.due_ns if loop.clock.flows else 0
+                delay_ms = (lateness_ns + result.received_wall_ns - fired_wall) / 1e6
+            delivery = Delivery(fire.event_id, fire.seq, fire.due_ns, delay_ms, result.received_sim_ns)
+            self.deliveries.add(delivery)
             round_id = prompt.round_id or ""
-            reply = result.reply[:_REPLY_LIMIT]
+            reply = result.reply
             now = loop.clock.now()
             self.timeline.note_turn(turn_started_wall, time.monotonic_ns(), turn_started_sim, round_id)
             self.sink.emit(
@@ -325,8 +340,10 @@ class RunWorker:
                     "round_id": round_id,
                     "session": prompt.session or "",
                     "phase": "ended",
-                    "reply": reply,
-                    "delivery_delay_ms": delay_ms,
+                    "reply": reply[:_REPLY_DISPLAY_LIMIT],
+                    "reply_truncated": len(reply) > _REPLY_DISPLAY_LIMIT,
+                    "reply_chars": len(reply),
+                    "delivery_delay_ms": delay_ms if delay_ms is not None else 0.0,
                 },
                 now,
             )
@@ -335,7 +352,7 @@ class RunWorker:
             loop.apply_action(
                 "agent",
                 "turn_end",
-                {"round_id": round_id, "event_id": fire.event_id, "reply": reply},
+                {"round_id": round_id, "event_id": fire.event_id, "reply": reply, "delivery": delivery.to_json()},
             )
         finally:
             loop.leases.release(lease)
@@ -409,9 +426,11 @@ class RunWorker:
         for fire in sched.fires:
             for effect in fire.effects:
                 if isinstance(effect, DeliverPrompt | Notify) and fire.event_id not in ended:
-                    self._spawn(self._turn(fire, effect, self._lease(f"turn:{fire.event_id}", fire)))
+                    # Delivered again now: its delay is measured from this dispatch.
+                    self._fire_wall[fire.event_id] = time.monotonic_ns()
+                    self._spawn(self._turn(fire, effect, self._lease(f"turn:{fire.event_id}", fire, "turn")))
                 elif isinstance(effect, Grade) and effect.check_id not in graded:
-                    self._spawn(self._grade(effect, self._lease(f"grade:{effect.check_id}", fire)))
+                    self._spawn(self._grade(effect, self._lease(f"grade:{effect.check_id}", fire, "grading")))
 
     def environment(self, loop: RunLoop) -> RunEnvironment:
         if self.run_dir is None:
@@ -444,11 +463,13 @@ class RunWorker:
 
     async def run(self) -> RunOutcome:
         loop = self._build()
+        ledger = loop.ledger
         prepare = getattr(self.agent, "prepare", None)
         summary: RunSummary | None = None
         try:
             if prepare is not None:
-                await prepare(self.environment(loop))
+                with ledger.segment("sandbox_prepare"):
+                    await prepare(self.environment(loop))
             if self.restore_from is not None:
                 await self._restore_agent_state(self.restore_from)
             if self._journal_in:
@@ -464,10 +485,11 @@ class RunWorker:
             for task in list(self._tasks):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            if not self.keep_sandbox:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.agent.stop_session(), 30)
-            await self._release_agent()
+            with ledger.segment("sandbox_close"):
+                if not self.keep_sandbox:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(self.agent.stop_session(), 30)
+                await self._release_agent()
         assert summary is not None
         results = self.results(summary)
         if self._failure is not None:
@@ -535,6 +557,41 @@ class RunWorker:
             with contextlib.suppress(Exception):
                 await asyncio.shield(closer())
 
+    def _work_split(self, span_ns: int, loop_wall_ns: int) -> dict[str, Any]:
+        """The run's wall time split into the agent's own work and the substrate's overhead.
+
+        ``compression_limit`` (simulated span over busy time, busy = any lease
+        held) counts the daemon's own work as busy, so it stays near the ratio
+        whatever the overhead. ``compression_limit_agent`` is the span over the
+        agent's own work only (its turns and model calls): what a substrate with
+        no overhead at all would reach; ``compression_vs_agent_limit`` is how
+        close this run came to it (the share of the loop's wall time the agent
+        was working).
+        """
+        if self.loop is None:
+            return {}
+        totals = {k: v / 1e9 for k, v in self.loop.ledger.totals_ns().items()}
+        run_wall = sum(totals.values())  # = the ledger's elapsed time, read once
+        agent = sum(totals.get(k, 0.0) for k in AGENT_WORK)
+        waiting = totals.get("waiting", 0.0)
+        overhead = {k: v for k, v in sorted(totals.items()) if k not in AGENT_WORK and k != "waiting"}
+        limit_agent = span_ns / 1e9 / agent if agent > 0 else 0.0
+        ratio = span_ns / loop_wall_ns if loop_wall_ns else 0.0
+        return {
+            "run_wall_s": run_wall,
+            "agent_s": agent,
+            "waiting_s": waiting,
+            "overhead_s": overhead,
+            "overhead_fraction": sum(overhead.values()) / run_wall if run_wall > 0 else 0.0,
+            "compression_limit_agent": limit_agent,
+            "compression_vs_agent_limit": ratio / limit_agent if limit_agent > 0 else 0.0,
+        }
+
+    def capture_at_close(self) -> dict[str, Any] | None:
+        """What the agent's capture proxy handed over when its sandbox closed (None: no proxy)."""
+        report = getattr(self.agent, "capture_report", None)
+        return dict(report) if report else None
+
     def results(self, summary: RunSummary | None) -> dict[str, Any]:
         rounds: list[dict[str, Any]] = []
         for info in self.scenario.rounds:
@@ -546,34 +603,34 @@ class RunWorker:
                     "day": info.day,
                     "kind": info.kind,
                     "graded": graded,
-                    "score": (v.score or 0.0) if graded and v else 0.0,
+                    "score": (v.score or 0.0) if graded and v else None,
                     "reason": (v.reason if v else (info.why_ungradable or "not graded")),
                 }
             )
         graded_scores = [float(r["score"]) for r in rounds if r["graded"]]
         out: dict[str, Any] = {
-            "score": sum(graded_scores) / len(graded_scores) if graded_scores else 0.0,
+            "score": sum(graded_scores) / len(graded_scores) if graded_scores else None,
             "rounds": len(rounds),
             "rounds_graded": len(graded_scores),
             "round_scores": rounds,
         }
         if summary is not None and self.loop is not None:
             sched = self.loop.scheduler
-            delays = self._delays_ms
             # A routine's next occurrence after the run ended (tomorrow's cron) was
             # never due: it is reported, not counted as scheduled-and-missed.
             beyond = sorted(p.spec.id for p in sched.pending() if p.due_ns is not None and p.due_ns > summary.end_ns)
+            span_ns = summary.end_ns - sched.start_ns
             out["scheduler"] = {
                 "events_scheduled": summary.scheduled - len(beyond),
                 "events_beyond_end": beyond[:100],
                 "events_fired": summary.fires,
                 "in_order": summary.in_order,
-                "delivery_delay_ms_p50": statistics.median(delays) if delays else 0.0,
-                "delivery_delay_ms_max": max(delays) if delays else 0.0,
-                "sim_span_s": (summary.end_ns - sched.start_ns) / 1e9,
+                **self.deliveries.summary(),
+                "sim_span_s": span_ns / 1e9,
                 "wall_s": summary.wall_ns / 1e9,
                 "compression_ratio": summary.compression_ratio,
                 "compression_limit": summary.compression_limit if summary.busy_ns else 0.0,
+                **self._work_split(span_ns, summary.wall_ns),
                 "jumps": summary.jumps,
                 "unfired": [e for e in summary.unfired if e not in set(beyond)][:100],
                 "end_reason": summary.reason,

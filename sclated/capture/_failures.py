@@ -1,0 +1,60 @@
+"""Why a captured model call failed, from its record alone.
+
+A run must not hide a broken substrate: every failed call is counted by cause
+and role, so a run whose model endpoint died says so instead of reporting a
+score of 0 as if the agent had answered badly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["FAILURE_CAUSES", "failure_cause"]
+
+FAILURE_CAUSES = ("unreachable", "upstream_5xx", "timeout", "rejected", "bad_response", "aborted")
+"""``unreachable``: the model endpoint could not be reached (connection refused, the
+bridge's 502 ``sclate_model_unavailable``, the model process died mid-call);
+``upstream_5xx``: the server answered with another 5xx; ``timeout``: no answer in
+time (504 or a timed-out connection); ``rejected``: the server refused the request
+(4xx); ``bad_response``: a 2xx answer that is not a complete response (a stream
+without its final event, a body that does not parse); ``aborted``: the caller hung
+up or the proxy failed before an answer."""
+
+_UNREACHABLE_WORDS = ("refused", "unreachable", "connect", "no route", "name or service", "reset by peer")
+
+
+def _error_type(response: Any) -> str:
+    if isinstance(response, Mapping):
+        err = response.get("error")
+        if isinstance(err, Mapping):
+            return str(err.get("type") or "")
+    return ""
+
+
+def failure_cause(record: Mapping[str, Any]) -> str | None:
+    """The cause of a failed call (one of FAILURE_CAUSES), or None when it succeeded."""
+    status = record.get("status")
+    error = str(record.get("error") or "").lower()
+    complete = bool(record.get("complete"))
+    if isinstance(status, int):
+        if status == 502 and _error_type(record.get("response")) == "sclate_model_unavailable":
+            return "unreachable"
+        if status == 504:
+            return "timeout"
+        if status >= 500:
+            return "upstream_5xx"
+        if status >= 400:
+            return "rejected"
+        if complete and not error:
+            return None
+        if "timeout" in error or "timed out" in error:
+            return "timeout"
+        return "bad_response" if not error else "aborted"
+    if not error and complete:
+        return None
+    if "timeout" in error or "timed out" in error:
+        return "timeout"
+    if any(word in error for word in _UNREACHABLE_WORDS):
+        return "unreachable"
+    return "aborted"
