@@ -21,7 +21,17 @@ time (504 or a timed-out connection); ``rejected``: the server refused the reque
 without its final event, a body that does not parse); ``aborted``: the caller hung
 up or the proxy failed before an answer."""
 
-_UNREACHABLE_WORDS = ("refused", "unreachable", "connect", "no route", "name or service", "reset by peer")
+_UNREACHABLE_WORDS = (
+    "refused",
+    "unreachable",
+    "connect call failed",
+    "cannot connect",
+    "failed to connect",
+    "no route",
+    "name or service",
+    "reset by peer",
+    "server disconnected",
+)
 
 
 def _error_type(response: Any) -> str:
