@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import struct
 from pathlib import Path
 from typing import Any
@@ -162,17 +163,24 @@ def test_unwritable_directory_raises_and_writes_nothing(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["not-a-dir"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
 def test_read_only_directory_raises_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "ro"
     out.mkdir()
-    out.chmod(0o555)
+    # Root ignores permission bits (CI runs as root), but not the immutable attribute.
+    as_root = os.geteuid() == 0
+    if as_root:
+        subprocess.run(["chattr", "+i", str(out)], check=True)
+    else:
+        out.chmod(0o555)
     try:
         with pytest.raises(PermissionError):
             write_report(out, run_name="r", results=_results(), timeline=_timeline())
         assert list(out.iterdir()) == []
     finally:
-        out.chmod(0o755)
+        if as_root:
+            subprocess.run(["chattr", "-i", str(out)], check=True)
+        else:
+            out.chmod(0o755)
 
 
 def test_renders_a_long_busy_run_quickly(tmp_path: Path) -> None:
