@@ -81,9 +81,15 @@ def run_spec_from_proto(run: pb.Run) -> RunSpec:
     )
 
 
+def _score(value: Any) -> float | None:
+    """A score of the results dict; None (the proto field left unset) means none."""
+    return None if value is None else float(value)
+
+
 def _results_to_proto(results: dict[str, Any]) -> pb.RunResults:
     out = pb.RunResults(
-        score=float(results.get("score", 0.0)),
+        # Results stored before scores could be None carry 0.0 for "no graded round".
+        score=_score(results.get("score")) if results.get("rounds_graded") else None,
         rounds=int(results.get("rounds", 0)),
         rounds_graded=int(results.get("rounds_graded", 0)),
         report_path=str(results.get("report_path", "")),
@@ -95,7 +101,7 @@ def _results_to_proto(results: dict[str, Any]) -> pb.RunResults:
             day=str(r.get("day", "")),
             kind=r.get("kind", ""),
             graded=bool(r.get("graded")),
-            score=float(r.get("score") or 0.0),
+            score=_score(r.get("score")) if r.get("graded") else None,
             reason=r.get("reason", ""),
         )
     s = results.get("scheduler")

@@ -79,9 +79,10 @@ class Client:
 
 
 def _to_dict(msg: Any) -> dict[str, Any]:
-    from google.protobuf import json_format
+    """Every field of ``msg``, numbers as numbers (see :mod:`sclate._json`)."""
+    from sclate._json import message_to_json
 
-    out: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    out: dict[str, Any] = message_to_json(msg)
     return out
 
 
@@ -198,6 +199,11 @@ def _wait(client: Client, name: str, output: str) -> Any:
     return client.call("GetRun", pb.GetRunRequest(name=name))
 
 
+def _score_text(results: Any) -> str:
+    """A run's score for a table; "ungraded" while no round has been graded."""
+    return f"{results.score:.3f}" if results.HasField("score") else "ungraded"
+
+
 def _show_run(run: Any, output: str) -> None:
     if output == "json":
         _print_json(_to_dict(run))
@@ -218,7 +224,7 @@ def _show_run(run: Any, output: str) -> None:
         t.add_row("sim time", run.sim_time.ToDatetime(tzinfo=dt.UTC).isoformat())
     if run.HasField("results"):
         r = run.results
-        t.add_row("score", f"{r.score:.3f} ({r.rounds_graded}/{r.rounds} rounds graded)")
+        t.add_row("score", f"{_score_text(r)} ({r.rounds_graded}/{r.rounds} rounds graded)")
         s = r.scheduler
         if s.events_scheduled:
             t.add_row(
@@ -273,7 +279,7 @@ def cmd_runs_list(args: argparse.Namespace, client: Client) -> int:
             _state_name(r.state),
             r.benchmark.name,
             r.agent.harness,
-            f"{r.results.score:.3f}" if r.HasField("results") else "",
+            _score_text(r.results) if r.HasField("results") else "",
             r.create_time.ToDatetime(tzinfo=dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
         )
     Console().print(t)

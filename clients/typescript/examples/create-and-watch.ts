@@ -26,7 +26,8 @@ async function main(): Promise<number> {
     }
 
     const final = await client.getRun(run.name);
-    const score = final.results ? ` score=${final.results.score} rounds=${final.results.rounds}` : "";
+    // score is unset (undefined) while no round is graded.
+    const score = final.results ? ` score=${final.results.score ?? "ungraded"} rounds=${final.results.rounds}` : "";
     const reason = final.stateReason ? ` reason=${JSON.stringify(final.stateReason)}` : "";
     console.log(`final ${final.name} ${final.state}${reason}${score} last_event_seq=${final.lastEventSeq}`);
     return final.state === "SUCCEEDED" ? 0 : 1;
