@@ -22,6 +22,7 @@ __all__ = [
     "BenchmarkAdapter",
     "BenchmarkInfo",
     "GradeContext",
+    "JudgeReply",
     "RoundInfo",
     "Scenario",
     "ScenarioConfig",
@@ -90,6 +91,22 @@ class TurnResult:
     """The harness's own count of messages received (per harness process)."""
 
 
+@dataclass(frozen=True, slots=True)
+class JudgeReply:
+    """What the judge model said, and who the judge was (recorded with each verdict)."""
+
+    text: str
+    endpoint: str
+    """The judge's base URL, or "embedded" for the daemon's embedded model."""
+    model: str
+    embedded: bool
+    """True when the daemon's small embedded model judged: such scores are not
+    comparable with published ones."""
+
+    def details(self) -> dict[str, Any]:
+        return {"judge_endpoint": self.endpoint, "judge_model": self.model, "judge_embedded": self.embedded}
+
+
 class GradeContext(Protocol):
     """What grading may use: the agent's workspace and replies, a judge model."""
 
@@ -97,8 +114,8 @@ class GradeContext(Protocol):
 
     def reply_for(self, round_id: str) -> str | None: ...
 
-    async def judge(self, prompt: str) -> str:
-        """Ask the configured judge model (the embedded one by default)."""
+    async def judge(self, prompt: str) -> JudgeReply:
+        """Ask the run's judge model (see sclated.runs._judge; the embedded one by default)."""
         ...
 
 

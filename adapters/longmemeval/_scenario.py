@@ -412,15 +412,16 @@ class LongMemEvalScenario:
             item.question_type, item.question, item.answer, reply, item.abstention
         )
         judged = await ctx.judge(prompt)
-        label = judge_label(judged)
+        label = judge_label(judged.text)
         return Verdict(
             item.question_id,
             1.0 if label else 0.0,
             True,
-            reason=f"judge said {judged.strip()[:40]!r}",
+            reason=f"judge said {judged.text.strip()[:40]!r}",
             details={
                 "judge": "yes" if label else "no",
-                "judge_reply": judged,
+                "judge_reply": judged.text,
+                **judged.details(),
                 "judge_prompt": prompt,
                 "exact_match": exact_match(item.answer, reply),
                 "contains_answer": contains_match(item.answer, reply),

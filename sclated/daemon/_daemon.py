@@ -26,6 +26,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from sclate.v1 import sclate_pb2, sclate_pb2_grpc
 
+from adapters import JudgeReply
 from sclated.api._auth import TokenTable
 from sclated.api._interceptor import SclateInterceptor
 from sclated.api._servicer import SclateServicer
@@ -33,7 +34,8 @@ from sclated.daemon._config import DaemonConfig
 from sclated.daemon._sdnotify import notify, watchdog_interval_s, watchdog_loop
 from sclated.errors import SclateError
 from sclated.runs import ManagerConfig, Registry, RunManager, RunSpec, default_registry
-from sclated.runs._model_service import EmbeddedModel, chat_once
+from sclated.runs._judge import JudgeConfig, ask_judge
+from sclated.runs._model_service import EmbeddedModel
 from sclated.runs._sandboxed import SandboxServices, short_sockets_dir
 from sclated.runtime import SnapshotInfo
 from sclated.store import Store
@@ -195,13 +197,12 @@ class Daemon:
                 await runtime.remove_image(info.image)
         await asyncio.to_thread(shutil.rmtree, run_dir, True)
 
-    def _judge_for(self, spec: RunSpec) -> Callable[[str], Awaitable[str]]:
-        judge_url = str(spec.benchmark.options.get("judge_base_url", "")) or spec.agent.model.base_url
-        services = self.services
+    def _judge_for(self, spec: RunSpec) -> Callable[[str], Awaitable[JudgeReply]]:
+        config = JudgeConfig.from_options(spec.benchmark.options, run_model_url=spec.agent.model.base_url)
+        embedded_url = self.services.model.url
 
-        async def judge(prompt: str) -> str:
-            url = judge_url or await services.model.url()
-            return await chat_once(url, prompt, model=str(spec.benchmark.options.get("judge_model", "")))
+        async def judge(prompt: str) -> JudgeReply:
+            return await ask_judge(config, prompt, embedded_url=embedded_url)
 
         return judge
 

@@ -465,6 +465,8 @@ class RunManager:
         # Validate what the spec names now, so a bad run is refused and nothing is stored.
         self.registry.agent(spec.agent.harness).factory(spec.agent.options)
         await asyncio.to_thread(load_scenario, self.registry, spec)
+        if self.judge_factory is not None:
+            self.judge_factory(spec)  # the judge options (endpoint, key variable)
         self._seq += 1
         row = RunRow(
             name=key,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from adapters import AgentAdapter, Scenario, ScenarioConfig, Verdict
+from adapters import AgentAdapter, JudgeReply, Scenario, ScenarioConfig, Verdict
 from sclated.clock import ClockConfig, Jump, Lease, LeaseChange, SimClock, WallLedger
 from sclated.errors import FailedPrecondition, InvalidArgument, SclateError
 from sclated.runs._deliveries import Delivery, DeliveryLog
@@ -123,11 +123,12 @@ class _GradeContext:
     def reply_for(self, round_id: str) -> str | None:
         return self._worker.replies.get(round_id)
 
-    async def judge(self, prompt: str) -> str:
+    async def judge(self, prompt: str) -> JudgeReply:
         judge = self._worker.judge
         if judge is None:
             raise FailedPrecondition("this run has no judge model endpoint", reason="NO_JUDGE")
-        reply: str = await judge(prompt)
+        reply = await judge(prompt)
+        self._worker.note_judge(reply)
         return reply
 
 
@@ -140,7 +141,7 @@ class RunWorker:
         sink: RunSink,
         *,
         journal: list[dict[str, Any]] | None = None,
-        judge: Any = None,
+        judge: Callable[[str], Awaitable[JudgeReply]] | None = None,
         run_dir: Path | None = None,
     ) -> None:
         self.name = name
@@ -172,6 +173,7 @@ class RunWorker:
         """Takes a snapshot for a scenario's SaveSnapshot effect: (label, fire seq)."""
         self._agent_ready = False
         self._state_restored = False
+        self._judges: dict[tuple[str, str], bool] = {}
 
     # -- building -------------------------------------------------------------
     def _make_scheduler(self) -> Scheduler:
@@ -587,6 +589,30 @@ class RunWorker:
             "compression_vs_agent_limit": ratio / limit_agent if limit_agent > 0 else 0.0,
         }
 
+    def _judges_seen(self) -> list[dict[str, Any]]:
+        """Who judged this run's verdicts (those graded by an earlier process included)."""
+        seen = dict(self._judges)
+        for v in self.verdicts.values():
+            d = v.details
+            if "judge_endpoint" in d:
+                seen.setdefault(
+                    (str(d["judge_endpoint"]), str(d.get("judge_model", ""))), bool(d.get("judge_embedded"))
+                )
+        out = []
+        for (endpoint, model), embedded in sorted(seen.items()):
+            row: dict[str, Any] = {"endpoint": endpoint, "model": model, "embedded": embedded}
+            if embedded:
+                row["note"] = (
+                    "judged by the daemon's small embedded model: scores are not comparable with published "
+                    "ones; set judge_base_url/judge_model/judge_api_key_env for a real judge"
+                )
+            out.append(row)
+        return out
+
+    def note_judge(self, reply: JudgeReply) -> None:
+        """Remember who judged (results say so; the embedded model's scores are not comparable)."""
+        self._judges[(reply.endpoint, reply.model)] = reply.embedded
+
     def capture_at_close(self) -> dict[str, Any] | None:
         """What the agent's capture proxy handed over when its sandbox closed (None: no proxy)."""
         report = getattr(self.agent, "capture_report", None)
@@ -614,6 +640,9 @@ class RunWorker:
             "rounds_graded": len(graded_scores),
             "round_scores": rounds,
         }
+        judges = self._judges_seen()
+        if judges:
+            out["judges"] = judges
         if summary is not None and self.loop is not None:
             sched = self.loop.scheduler
             # A routine's next occurrence after the run ended (tomorrow's cron) was

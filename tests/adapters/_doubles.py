@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from adapters._base import Scenario, Verdict
+from adapters._base import JudgeReply, Scenario, Verdict
 from sclated.scheduler import (
     AgentControl,
     DeliverPrompt,
@@ -63,9 +63,10 @@ class DoubleGradeContext:
     def reply_for(self, round_id: str) -> str | None:
         return self.replies.get(round_id)
 
-    async def judge(self, prompt: str) -> str:
+    async def judge(self, prompt: str) -> JudgeReply:
         self.judge_prompts.append(prompt)
-        return self._judge_answers.pop(0) if self._judge_answers else "no"
+        text = self._judge_answers.pop(0) if self._judge_answers else "no"
+        return JudgeReply(text=text, endpoint="test-double", model="scripted", embedded=False)
 
 
 @dataclass
