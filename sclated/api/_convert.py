@@ -119,6 +119,22 @@ def _results_to_proto(results: dict[str, Any]) -> pb.RunResults:
                 compression_limit=s.get("compression_limit", 0.0) or 0.0,
                 jumps=s.get("jumps", 0),
                 unfired=s.get("unfired", []),
+                deliveries=s.get("deliveries", 0),
+                deliveries_checked=s.get("deliveries_checked", 0),
+                out_of_order=s.get("out_of_order", 0),
+                early_deliveries=s.get("early_deliveries", 0),
+                negative_delays=s.get("negative_delays", 0),
+                delivery_delay_ms_min=s.get("delivery_delay_ms_min", 0.0),
+                receipt_vs_due_ms_min=s.get("receipt_vs_due_ms_min", 0.0),
+                run_wall_s=s.get("run_wall_s", 0.0),
+                agent_s=s.get("agent_s", 0.0),
+                waiting_s=s.get("waiting_s", 0.0),
+                overhead_s={str(k): float(v) for k, v in (s.get("overhead_s") or {}).items()},
+                overhead_fraction=s.get("overhead_fraction", 0.0),
+                compression_limit_agent=s.get("compression_limit_agent", 0.0),
+                compression_vs_agent_limit=s.get("compression_vs_agent_limit", 0.0),
+                end_reason=str(s.get("end_reason", "")),
+                clock_mode=str(s.get("clock_mode", "")),
             )
         )
     for c in results.get("calls", []):
@@ -127,7 +143,33 @@ def _results_to_proto(results: dict[str, Any]) -> pb.RunResults:
             calls=c.get("calls", 0),
             prompt_tokens=c.get("prompt_tokens", 0),
             completion_tokens=c.get("completion_tokens", 0),
+            failed=c.get("failed", 0),
+            failed_by_cause={str(k): int(v) for k, v in (c.get("failed_by_cause") or {}).items()},
+            unleased=c.get("unleased", 0),
         )
+    cap = results.get("capture")
+    if cap:
+        out.capture.CopyFrom(
+            pb.CaptureStats(
+                calls=cap.get("calls", 0),
+                calls_failed=cap.get("calls_failed", 0),
+                failed_by_cause={str(k): int(v) for k, v in (cap.get("failed_by_cause") or {}).items()},
+                calls_unleased=cap.get("calls_unleased", 0),
+                calls_lost=cap.get("calls_lost", 0),
+                calls_recovered_at_close=cap.get("calls_recovered_at_close", 0),
+                drain=str(cap.get("drain", "")),
+                prompt_tokens=cap.get("prompt_tokens", 0),
+                completion_tokens=cap.get("completion_tokens", 0),
+            )
+        )
+    for j in results.get("judges", []):
+        out.judges.add(
+            endpoint=str(j.get("endpoint", "")),
+            model=str(j.get("model", "")),
+            embedded=bool(j.get("embedded")),
+            note=str(j.get("note", "")),
+        )
+    out.warnings.extend(str(w) for w in results.get("warnings", []))
     return out
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sclated.capture import EXPORT_FORMATS, Sample, export, failure_cause
+from sclated.capture import EXPORT_FORMATS, Sample, export
 from sclated.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -34,6 +34,7 @@ from sclated.errors import (
     SclateError,
     Unavailable,
 )
+from sclated.runs._health import capture_totals, run_warnings, summarize_calls
 from sclated.runs._registry import Registry
 from sclated.runs._report import write_report
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
@@ -112,59 +113,6 @@ class _Live:
     @property
     def key(self) -> str:
         return self.row.name
-
-
-def summarize_calls(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Captured model calls by role: token counts (a retry is not a new call), and every
-    failed attempt by cause (retries included: each one hit a broken endpoint)."""
-    by_role: dict[str, dict[str, Any]] = {}
-    for rec in records:
-        role = str(rec.get("role", "unknown"))
-        row = by_role.setdefault(
-            role,
-            {
-                "role": role,
-                "calls": 0,
-                "prompt_tokens": 0,
-                "completion_tokens": 0,
-                "failed": 0,
-                "failed_by_cause": {},
-                "unleased": 0,
-            },
-        )
-        cause = failure_cause(rec)
-        if cause is not None:
-            row["failed"] += 1
-            row["failed_by_cause"][cause] = row["failed_by_cause"].get(cause, 0) + 1
-        if rec.get("unleased"):
-            row["unleased"] += 1
-        if rec.get("retry_of"):
-            continue
-        row["calls"] += 1
-        usage = rec.get("usage") or {}
-        row["prompt_tokens"] += int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
-        row["completion_tokens"] += int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
-    return sorted(by_role.values(), key=lambda r: str(r["role"]))
-
-
-def capture_totals(by_role: list[dict[str, Any]], at_close: dict[str, Any] | None) -> dict[str, Any]:
-    """The run's capture health in one place: what failed, what went unleased, what was lost."""
-    failed_by_cause: dict[str, int] = {}
-    for row in by_role:
-        for cause, n in row["failed_by_cause"].items():
-            failed_by_cause[cause] = failed_by_cause.get(cause, 0) + n
-    at_close = at_close or {}
-    return {
-        "calls": sum(r["calls"] for r in by_role),
-        "calls_failed": sum(r["failed"] for r in by_role),
-        "failed_by_cause": dict(sorted(failed_by_cause.items())),
-        "calls_unleased": sum(r["unleased"] for r in by_role),
-        "calls_lost": int(at_close.get("calls_lost", 0)),
-        "calls_recovered_at_close": int(at_close.get("calls_recovered_at_close", 0)),
-        "drain": str(at_close.get("drain", "")),
-        "prompt_tokens": sum(r["prompt_tokens"] for r in by_role),
-        "completion_tokens": sum(r["completion_tokens"] for r in by_role),
-    }
 
 
 def _key(tenant: str, run_id: str) -> str:
@@ -706,6 +654,10 @@ class RunManager:
                     outcome.results["capture"] = capture_totals(by_role, at_close)
             except Exception:
                 log.exception("summarizing the captured calls of %s failed", live.key)
+            warnings = run_warnings(outcome.results)
+            if warnings:
+                outcome.results["warnings"] = warnings
+                log.warning("run %s ended %s with warnings: %s", live.key, outcome.state, "; ".join(warnings))
         if (
             self.config.write_reports
             and live.worker is not None

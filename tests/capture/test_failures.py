@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sclated.capture import FAILURE_CAUSES, failure_cause
-from sclated.runs._manager import capture_totals, summarize_calls
+from sclated.runs._health import capture_totals, summarize_calls
 
 
 def _rec(**kw: Any) -> dict[str, Any]:

@@ -115,7 +115,14 @@ class RoundScore(_message.Message):
     def __init__(self, round_id: _Optional[str] = ..., day: _Optional[str] = ..., kind: _Optional[str] = ..., graded: _Optional[bool] = ..., score: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class SchedulerStats(_message.Message):
-    __slots__ = ("events_scheduled", "events_fired", "in_order", "delivery_delay_ms_p50", "delivery_delay_ms_max", "sim_span_s", "wall_s", "compression_ratio", "compression_limit", "jumps", "unfired")
+    __slots__ = ("events_scheduled", "events_fired", "in_order", "delivery_delay_ms_p50", "delivery_delay_ms_max", "sim_span_s", "wall_s", "compression_ratio", "compression_limit", "jumps", "unfired", "deliveries", "deliveries_checked", "out_of_order", "early_deliveries", "negative_delays", "delivery_delay_ms_min", "receipt_vs_due_ms_min", "run_wall_s", "agent_s", "waiting_s", "overhead_s", "overhead_fraction", "compression_limit_agent", "compression_vs_agent_limit", "end_reason", "clock_mode")
+    class OverheadSEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     EVENTS_SCHEDULED_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIRED_FIELD_NUMBER: _ClassVar[int]
     IN_ORDER_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +134,22 @@ class SchedulerStats(_message.Message):
     COMPRESSION_LIMIT_FIELD_NUMBER: _ClassVar[int]
     JUMPS_FIELD_NUMBER: _ClassVar[int]
     UNFIRED_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    OUT_OF_ORDER_FIELD_NUMBER: _ClassVar[int]
+    EARLY_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVE_DELAYS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_DELAY_MS_MIN_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_VS_DUE_MS_MIN_FIELD_NUMBER: _ClassVar[int]
+    RUN_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    AGENT_S_FIELD_NUMBER: _ClassVar[int]
+    WAITING_S_FIELD_NUMBER: _ClassVar[int]
+    OVERHEAD_S_FIELD_NUMBER: _ClassVar[int]
+    OVERHEAD_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_LIMIT_AGENT_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_VS_AGENT_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_MODE_FIELD_NUMBER: _ClassVar[int]
     events_scheduled: int
     events_fired: int
     in_order: bool
@@ -138,22 +161,92 @@ class SchedulerStats(_message.Message):
     compression_limit: float
     jumps: int
     unfired: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, events_scheduled: _Optional[int] = ..., events_fired: _Optional[int] = ..., in_order: _Optional[bool] = ..., delivery_delay_ms_p50: _Optional[float] = ..., delivery_delay_ms_max: _Optional[float] = ..., sim_span_s: _Optional[float] = ..., wall_s: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., compression_limit: _Optional[float] = ..., jumps: _Optional[int] = ..., unfired: _Optional[_Iterable[str]] = ...) -> None: ...
+    deliveries: int
+    deliveries_checked: int
+    out_of_order: int
+    early_deliveries: int
+    negative_delays: int
+    delivery_delay_ms_min: float
+    receipt_vs_due_ms_min: float
+    run_wall_s: float
+    agent_s: float
+    waiting_s: float
+    overhead_s: _containers.ScalarMap[str, float]
+    overhead_fraction: float
+    compression_limit_agent: float
+    compression_vs_agent_limit: float
+    end_reason: str
+    clock_mode: str
+    def __init__(self, events_scheduled: _Optional[int] = ..., events_fired: _Optional[int] = ..., in_order: _Optional[bool] = ..., delivery_delay_ms_p50: _Optional[float] = ..., delivery_delay_ms_max: _Optional[float] = ..., sim_span_s: _Optional[float] = ..., wall_s: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., compression_limit: _Optional[float] = ..., jumps: _Optional[int] = ..., unfired: _Optional[_Iterable[str]] = ..., deliveries: _Optional[int] = ..., deliveries_checked: _Optional[int] = ..., out_of_order: _Optional[int] = ..., early_deliveries: _Optional[int] = ..., negative_delays: _Optional[int] = ..., delivery_delay_ms_min: _Optional[float] = ..., receipt_vs_due_ms_min: _Optional[float] = ..., run_wall_s: _Optional[float] = ..., agent_s: _Optional[float] = ..., waiting_s: _Optional[float] = ..., overhead_s: _Optional[_Mapping[str, float]] = ..., overhead_fraction: _Optional[float] = ..., compression_limit_agent: _Optional[float] = ..., compression_vs_agent_limit: _Optional[float] = ..., end_reason: _Optional[str] = ..., clock_mode: _Optional[str] = ...) -> None: ...
 
 class RoleUsage(_message.Message):
-    __slots__ = ("role", "calls", "prompt_tokens", "completion_tokens")
+    __slots__ = ("role", "calls", "prompt_tokens", "completion_tokens", "failed", "failed_by_cause", "unleased")
+    class FailedByCauseEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CALLS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_BY_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    UNLEASED_FIELD_NUMBER: _ClassVar[int]
     role: str
     calls: int
     prompt_tokens: int
     completion_tokens: int
-    def __init__(self, role: _Optional[str] = ..., calls: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+    failed: int
+    failed_by_cause: _containers.ScalarMap[str, int]
+    unleased: int
+    def __init__(self, role: _Optional[str] = ..., calls: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., failed: _Optional[int] = ..., failed_by_cause: _Optional[_Mapping[str, int]] = ..., unleased: _Optional[int] = ...) -> None: ...
+
+class CaptureStats(_message.Message):
+    __slots__ = ("calls", "calls_failed", "failed_by_cause", "calls_unleased", "calls_lost", "calls_recovered_at_close", "drain", "prompt_tokens", "completion_tokens")
+    class FailedByCauseEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FAILED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_BY_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CALLS_UNLEASED_FIELD_NUMBER: _ClassVar[int]
+    CALLS_LOST_FIELD_NUMBER: _ClassVar[int]
+    CALLS_RECOVERED_AT_CLOSE_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    calls: int
+    calls_failed: int
+    failed_by_cause: _containers.ScalarMap[str, int]
+    calls_unleased: int
+    calls_lost: int
+    calls_recovered_at_close: int
+    drain: str
+    prompt_tokens: int
+    completion_tokens: int
+    def __init__(self, calls: _Optional[int] = ..., calls_failed: _Optional[int] = ..., failed_by_cause: _Optional[_Mapping[str, int]] = ..., calls_unleased: _Optional[int] = ..., calls_lost: _Optional[int] = ..., calls_recovered_at_close: _Optional[int] = ..., drain: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+
+class JudgeInfo(_message.Message):
+    __slots__ = ("endpoint", "model", "embedded", "note")
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDED_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    endpoint: str
+    model: str
+    embedded: bool
+    note: str
+    def __init__(self, endpoint: _Optional[str] = ..., model: _Optional[str] = ..., embedded: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
 
 class RunResults(_message.Message):
-    __slots__ = ("score", "rounds", "rounds_graded", "round_scores", "scheduler", "calls", "report_path", "plot_path")
+    __slots__ = ("score", "rounds", "rounds_graded", "round_scores", "scheduler", "calls", "report_path", "plot_path", "capture", "judges", "warnings")
     SCORE_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_GRADED_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +255,9 @@ class RunResults(_message.Message):
     CALLS_FIELD_NUMBER: _ClassVar[int]
     REPORT_PATH_FIELD_NUMBER: _ClassVar[int]
     PLOT_PATH_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_FIELD_NUMBER: _ClassVar[int]
+    JUDGES_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     score: float
     rounds: int
     rounds_graded: int
@@ -170,7 +266,10 @@ class RunResults(_message.Message):
     calls: _containers.RepeatedCompositeFieldContainer[RoleUsage]
     report_path: str
     plot_path: str
-    def __init__(self, score: _Optional[float] = ..., rounds: _Optional[int] = ..., rounds_graded: _Optional[int] = ..., round_scores: _Optional[_Iterable[_Union[RoundScore, _Mapping]]] = ..., scheduler: _Optional[_Union[SchedulerStats, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[RoleUsage, _Mapping]]] = ..., report_path: _Optional[str] = ..., plot_path: _Optional[str] = ...) -> None: ...
+    capture: CaptureStats
+    judges: _containers.RepeatedCompositeFieldContainer[JudgeInfo]
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, score: _Optional[float] = ..., rounds: _Optional[int] = ..., rounds_graded: _Optional[int] = ..., round_scores: _Optional[_Iterable[_Union[RoundScore, _Mapping]]] = ..., scheduler: _Optional[_Union[SchedulerStats, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[RoleUsage, _Mapping]]] = ..., report_path: _Optional[str] = ..., plot_path: _Optional[str] = ..., capture: _Optional[_Union[CaptureStats, _Mapping]] = ..., judges: _Optional[_Iterable[_Union[JudgeInfo, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("name", "benchmark", "agent", "clock", "labels", "state", "state_reason", "create_time", "start_time", "end_time", "sim_time", "last_event_seq", "results", "parent")
