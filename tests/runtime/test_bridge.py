@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
+import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sclated.errors import InvalidArgument
+from sclated.errors import InvalidArgument, ModelUnavailable
 from sclated.runtime import ModelBridge, SandboxManager
+from sclated.runtime._bridge import Upstream
 
 from .conftest import SIM_START_NS
 
@@ -74,7 +77,8 @@ async def test_bridge_upstream_down_answers_502(short_dir: Path) -> None:
         reply = await _get(bridge.socket_path, "/v1/chat/completions")
     assert reply.startswith(b"HTTP/1.1 502 Bad Gateway")
     assert f"tcp://127.0.0.1:{port} is unreachable".encode() in reply
-    assert bridge.stats.failed == 1
+    assert bridge.stats.failed == 1 and bridge.stats.failing_since is not None
+    assert f"tcp://127.0.0.1:{port} is unreachable" in bridge.stats.last_error
 
 
 def _self_signed(dir_: Path) -> tuple[Path, Path]:
@@ -119,9 +123,7 @@ def test_bridge_rejects_overlong_socket_path(short_dir: Path) -> None:
 
 
 @pytest.mark.docker
-async def test_model_path_from_inside_a_sandbox(
-    manager: SandboxManager, sandbox_image: str, short_dir: Path
-) -> None:
+async def test_model_path_from_inside_a_sandbox(manager: SandboxManager, sandbox_image: str, short_dir: Path) -> None:
     """Sandbox (no network) -> 127.0.0.1:18080 (socat) -> model.sock -> bridge -> host."""
     spec = manager.spec_for(image=sandbox_image, run="model", tenant="acme", run_dir=short_dir)
     sb = await manager.create(spec, short_dir, sim_ns=SIM_START_NS, probe=False)
@@ -135,3 +137,157 @@ async def test_model_path_from_inside_a_sandbox(
     assert result.ok, result
     assert result.text.strip() == '{"echo": "/v1/models"}'
     assert bridge.stats.connections == 1
+
+
+# -- upstream health, a resolver, and failures named in the 502 ------------------------------
+
+
+def _error(reply: bytes) -> dict[str, str]:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 502 Bad Gateway"), reply
+    error: dict[str, str] = json.loads(body)["error"]
+    assert error["type"] == "sclate_model_unavailable"
+    return error
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[int]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_bridge_resolver_error_answers_502_with_its_message(short_dir: Path) -> None:
+    cause = "the embedded model server died (SIGSEGV, signal 11) 6 times in 12 s; giving up; see /x/model.log"
+
+    async def gone() -> Upstream:
+        raise ModelUnavailable(cause)
+
+    async with ModelBridge(short_dir / "model.sock", resolve=gone) as bridge:
+        reply = await _get(bridge.socket_path, "/v1/chat/completions")
+    assert _error(reply)["message"] == f"sclate: {cause}"
+    assert bridge.stats.failed == 1 and bridge.stats.last_error == cause
+    assert bridge.stats.failing_since is not None and bridge.unreachable_for_s() >= 0
+
+
+async def test_bridge_upstream_closing_without_answering_is_a_named_502(short_dir: Path) -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # the request arrived; the server "dies"
+        writer.close()
+
+    async def why() -> str:
+        return "the embedded model server (pid 4242) died: SIGSEGV, signal 11"
+
+    async with serving(hang_up) as port:
+        async with ModelBridge(short_dir / "a.sock", "127.0.0.1", port, explain_drop=why) as bridge:
+            reply = await _get(bridge.socket_path, "/v1/chat/completions")
+        message = _error(reply)["message"]
+        assert message == (
+            f"sclate: the model endpoint tcp://127.0.0.1:{port} closed the connection without answering "
+            "(it may have crashed mid-call); the embedded model server (pid 4242) died: SIGSEGV, signal 11"
+        )
+        assert bridge.stats.dropped == 1 and bridge.stats.failed == 0
+        assert bridge.stats.failing_since is None and bridge.unreachable_for_s() == 0  # it did connect
+        # Without a hook the 502 still names the drop.
+        async with ModelBridge(short_dir / "b.sock", "127.0.0.1", port) as plain:
+            reply = await _get(plain.socket_path, "/v1/models")
+        assert "closed the connection without answering" in _error(reply)["message"]
+
+
+async def test_bridge_passes_a_truncated_response_as_it_is(short_dir: Path) -> None:
+    partial = b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"choices": ['
+
+    async def die_mid_response(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(partial)
+        await writer.drain()
+        writer.close()
+
+    async with serving(die_mid_response) as port, ModelBridge(short_dir / "m.sock", "127.0.0.1", port) as bridge:
+        reply = await _get(bridge.socket_path, "/v1/chat/completions")
+    assert reply == partial
+    assert bridge.stats.dropped == 0
+
+
+async def test_bridge_client_that_sends_nothing_is_no_drop(short_dir: Path) -> None:
+    async def read_all(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    async with serving(read_all) as port, ModelBridge(short_dir / "m.sock", "127.0.0.1", port) as bridge:
+        reader, writer = await asyncio.open_unix_connection(str(bridge.socket_path))
+        writer.write_eof()
+        assert await reader.read() == b""
+        writer.close()
+    assert bridge.stats.dropped == 0 and bridge.stats.connections == 1
+
+
+async def test_bridge_health_follows_an_upstream_that_goes_away_and_comes_back(short_dir: Path) -> None:
+    where: list[int] = []
+
+    async def resolve() -> Upstream:
+        return "127.0.0.1", where[-1], False
+
+    async with ModelBridge(short_dir / "model.sock", resolve=resolve) as bridge:
+        assert bridge.unreachable_for_s() == 0 and bridge.stats.failing_since is None
+        async with upstream() as port:
+            where.append(port)
+            assert (await _get(bridge.socket_path, "/one")).startswith(b"HTTP/1.1 200 OK")
+            assert bridge.unreachable_for_s() == 0 and bridge.port == port
+        # Gone: each call is answered 502, and the outage is timed from the first failure.
+        assert "is unreachable" in _error(await _get(bridge.socket_path, "/two"))["message"]
+        since = bridge.stats.failing_since
+        assert since is not None
+        assert bridge.unreachable_for_s(now=since + 30) == pytest.approx(30)
+        assert not await bridge.probe()
+        assert "is unreachable" in _error(await _get(bridge.socket_path, "/three"))["message"]
+        assert bridge.stats.failing_since == since and bridge.stats.failed == 3
+        assert f"tcp://127.0.0.1:{port} is unreachable" in bridge.stats.last_error
+        # Back, elsewhere: the next connection finds it and the outage is over.
+        async with upstream() as new_port:
+            where.append(new_port)
+            assert await bridge.probe()
+            assert bridge.unreachable_for_s() == 0 and bridge.stats.failing_since is None
+            reply = await _get(bridge.socket_path, "/four")
+        assert reply.endswith(b'{"echo": "/four"}') and bridge.port == new_port
+        assert bridge.upstream == f"tcp://127.0.0.1:{new_port}"
+    assert bridge.stats.connections == 4 and bridge.stats.failed == 3
+
+
+def test_bridge_takes_an_address_or_a_resolver(short_dir: Path) -> None:
+    async def resolve() -> Upstream:
+        return "127.0.0.1", 80, False
+
+    with pytest.raises(InvalidArgument, match="host and port, or a resolver"):
+        ModelBridge(short_dir / "m.sock")
+    with pytest.raises(InvalidArgument, match="not both"):
+        ModelBridge(short_dir / "m.sock", "127.0.0.1", 80, resolve=resolve)
+    assert ModelBridge(short_dir / "m.sock", resolve=resolve).upstream == "the model endpoint (not resolved yet)"
+
+
+async def test_bridge_close_ends_open_connections_quietly(short_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # holds the connection open, never answers
+        writer.close()
+
+    async with serving(silent) as port:
+        bridge = ModelBridge(short_dir / "m.sock", "127.0.0.1", port)
+        await bridge.start()
+        _, writer = await asyncio.open_unix_connection(str(bridge.socket_path))
+        writer.write(b"GET /stream HTTP/1.1\r\nHost: model\r\n\r\n")
+        await writer.drain()
+        for _ in range(600):
+            if bridge.stats.bytes_up:
+                break
+            await asyncio.sleep(0.05)
+        assert bridge.stats.active == 1
+        await bridge.close()
+        await asyncio.sleep(0)  # let the stream server's done-callbacks run
+        writer.close()
+    assert bridge.stats.active == 0
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
