@@ -241,27 +241,79 @@ def _sim_date(ns: int) -> str:
 
 def render_markdown(run_name: str, results: dict[str, Any], tl: Timeline, paths: ReportPaths) -> str:
     lines = [f"# Run report: {run_name}", ""]
+    warnings = results.get("warnings")
+    if isinstance(warnings, list) and warnings:
+        lines += ["**Warnings** (read these before the score):", ""]
+        lines += [f"- {w}" for w in warnings]
+        lines.append("")
     lines += _table(
         ["score", "rounds", "rounds graded"],
         [[results.get("score"), results.get("rounds"), results.get("rounds_graded")]],
     )
     sched = results.get("scheduler")
     if isinstance(sched, dict):
+        overhead = sched.get("overhead_s")
         lines += ["", "## Scheduler", ""]
-        lines += _table(["measure", "value"], [[k, v] for k, v in sched.items()])
+        lines += _table(["measure", "value"], [[k, v] for k, v in sched.items() if k != "overhead_s"])
+        if isinstance(overhead, dict) and overhead:
+            lines += ["", "## Where the wall time went", ""]
+            run_wall = float(sched.get("run_wall_s") or 0.0) or 1.0
+            rows = [
+                ["agent (turns and model calls)", sched.get("agent_s"), 100 * float(sched.get("agent_s", 0)) / run_wall]
+            ]
+            rows += [
+                [f"overhead: {k}", v, 100 * float(v) / run_wall]
+                for k, v in sorted(overhead.items(), key=lambda kv: -kv[1])
+            ]
+            if sched.get("waiting_s"):
+                rows.append(
+                    ["waiting (scenario time in real time)", sched["waiting_s"], 100 * sched["waiting_s"] / run_wall]
+                )
+            lines += _table(["work", "seconds", "% of the run's wall time"], rows)
     calls = results.get("calls")
     if isinstance(calls, list) and calls:
         lines += ["", "## Captured model calls", ""]
         rows = [
-            [c.get("role"), c.get("calls"), c.get("prompt_tokens"), c.get("completion_tokens")]
+            [
+                c.get("role"),
+                c.get("calls"),
+                c.get("prompt_tokens"),
+                c.get("completion_tokens"),
+                c.get("failed", 0),
+                ", ".join(f"{k} {v}" for k, v in (c.get("failed_by_cause") or {}).items()),
+            ]
             for c in calls
             if isinstance(c, dict)
         ]
         total = [
             "**all**",
-            *(sum(int(r[i] or 0) for r in rows) for i in (1, 2, 3)),
+            *(sum(int(r[i] or 0) for r in rows) for i in (1, 2, 3, 4)),
+            "",
         ]
-        lines += _table(["role", "calls", "prompt tokens", "completion tokens"], [*rows, total])
+        lines += _table(
+            ["role", "calls", "prompt tokens", "completion tokens", "failed attempts", "by cause"], [*rows, total]
+        )
+    capture = results.get("capture")
+    if isinstance(capture, dict) and capture:
+        lines += ["", "## Capture health", ""]
+        lines += _table(
+            ["measure", "value"],
+            [
+                [k, capture.get(k)]
+                for k in ("calls_failed", "calls_unleased", "calls_lost", "calls_recovered_at_close", "drain")
+            ],
+        )
+    judges = results.get("judges")
+    if isinstance(judges, list) and judges:
+        lines += ["", "## Judges", ""]
+        lines += _table(
+            ["endpoint", "model", "embedded", "note"],
+            [
+                [j.get("endpoint"), j.get("model"), j.get("embedded"), j.get("note", "")]
+                for j in judges
+                if isinstance(j, dict)
+            ],
+        )
     rounds = results.get("round_scores")
     if isinstance(rounds, list) and rounds:
         lines += ["", "## Rounds", ""]
@@ -322,6 +374,9 @@ def _ratio_title(run_name: str, results: dict[str, Any]) -> str:
         lim = f"limit {limit:.1f}x{pct}"
     else:
         lim = "no limit (never busy)"
+    agent_limit = sched.get("compression_limit_agent")
+    if isinstance(agent_limit, int | float) and agent_limit > 0 and isinstance(ratio, int | float):
+        lim += f"; agent's own limit {agent_limit:.1f}x ({100 * ratio / agent_limit:.0f}% of it)"
     return f"{run_name}: compression {r} vs {lim}"
 
 
@@ -335,6 +390,36 @@ def _date_format(span_days: float) -> str:
     return "%H:%M:%S"
 
 
+_WORK_COLORS = ["#2ca02c", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+def _render_work_split(ax: Any, sched: dict[str, Any]) -> None:
+    """One horizontal bar: the run's wall time, the agent's own work first, then each overhead."""
+    overhead = sched.get("overhead_s") if isinstance(sched.get("overhead_s"), dict) else {}
+    assert isinstance(overhead, dict)
+    parts = [("agent", float(sched.get("agent_s") or 0.0))]
+    parts += sorted(((str(k), float(v)) for k, v in overhead.items()), key=lambda kv: -kv[1])
+    if sched.get("waiting_s"):
+        parts.append(("waiting", float(sched["waiting_s"])))
+    total = sum(v for _, v in parts)
+    ax.set_yticks([])
+    ax.set_xlabel("share of the run's wall time")
+    if total <= 0:
+        ax.text(0.5, 0.5, "no wall-time split recorded", transform=ax.transAxes, ha="center", va="center")
+        return
+    left = 0.0
+    for i, (name, value) in enumerate(parts):
+        share = value / total
+        ax.barh([0], [share], left=[left], color=_WORK_COLORS[i % len(_WORK_COLORS)], label=f"{name} {value:.1f} s")
+        left += share
+    ax.set_xlim(0, 1)
+    frac = sched.get("overhead_fraction")
+    if isinstance(frac, int | float):
+        ax.set_title(f"overhead {100 * frac:.1f}% of {total:.1f} s", fontsize=9, color="#555555")
+    ax.xaxis.set_major_formatter(lambda x, _pos: f"{100 * x:.0f}%")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=1 + len(parts) // 5, fontsize=7, frameon=False)
+
+
 def _render_plot(path: Path, run_name: str, results: dict[str, Any], tl: Timeline) -> None:
     # The object API with an explicit Agg canvas: no pyplot global state, no
     # display, safe from the worker thread write_report runs in.
@@ -345,13 +430,17 @@ def _render_plot(path: Path, run_name: str, results: dict[str, Any], tl: Timelin
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    fig = Figure(figsize=(12, 7), dpi=110, layout="constrained")
+    fig = Figure(figsize=(12, 8.5), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     # A lane of its own for the turns: in a busy run they cover most of the
-    # wall axis, and shading the whole plot would hide the staircase.
-    ax, lane = fig.subplots(2, 1, sharex=True, height_ratios=[14, 1])
+    # wall axis, and shading the whole plot would hide the staircase. Below,
+    # where the wall time went (the agent's own work against each overhead).
+    halves: Any = fig.subfigures(2, 1, height_ratios=[14, 3])
+    top, bottom = halves[0], halves[1]
+    ax, lane = top.subplots(2, 1, sharex=True, height_ratios=[14, 1])
     sched = results.get("scheduler") if isinstance(results.get("scheduler"), dict) else {}
     assert isinstance(sched, dict)
+    _render_work_split(bottom.subplots(), sched)
     subtitle = (
         f"{len(tl.fires)} fires, {len(tl.jumps)} jumps, {len(tl.turns)} agent turns"
         + (f"; simulated {sched['sim_span_s'] / 86400:.2f} days" if "sim_span_s" in sched else "")

@@ -103,6 +103,8 @@ class RunEnvironment:
     resources: Any
     workspace_seed: Path | None
     resume: bool
+    fail_run: Callable[[str], None]
+    """End the run FAILED with this reason (the substrate broke under the agent)."""
     restore_from: Path | None = None
     """A snapshot directory: the sandbox is created from its ``sandbox/`` part (see
     SandboxedHarness.snapshot) instead of fresh or adopted."""
@@ -142,7 +144,7 @@ class SandboxedHarness:
     image = "sclate-reference-agent"
 
     def __init__(self, options: Mapping[str, Any], services: SandboxServices | None) -> None:
-        unknown = set(options) - {"turn_timeout_s", "max_steps", "max_tokens", "probe"}
+        unknown = set(options) - {"turn_timeout_s", "max_steps", "max_tokens", "probe", "model_grace_s"}
         if unknown:
             raise InvalidArgument(
                 f"unknown option(s) for the reference harness: {', '.join(sorted(unknown))}",
@@ -157,6 +159,11 @@ class SandboxedHarness:
         max_tokens = options.get("max_tokens", 256)
         if not isinstance(max_tokens, int | float) or not 1 <= max_tokens <= 32_768:
             raise InvalidArgument("max_tokens must be in [1, 32768]", field="run.agent.options.max_tokens")
+        grace = options.get("model_grace_s", 120)
+        if not isinstance(grace, int | float) or isinstance(grace, bool) or not 1 <= grace <= 86_400:
+            raise InvalidArgument("model_grace_s must be in [1, 86400]", field="run.agent.options.model_grace_s")
+        self._model_grace_s = float(grace)
+        self._model_watch: asyncio.Task[None] | None = None
         self._max_tokens = int(max_tokens)
         self._turn_timeout = float(turn_timeout)
         self._max_steps = int(max_steps)
@@ -204,8 +211,18 @@ class SandboxedHarness:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidArgument(f"model endpoint {base!r} is not an http(s) URL", field="run.agent.model.base_url")
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._bridge = ModelBridge(paths.model_socket, parts.hostname, port, tls=parts.scheme == "https")
+        if env.model_base_url:
+            self._bridge = ModelBridge(paths.model_socket, parts.hostname, port, tls=parts.scheme == "https")
+        else:
+            # The embedded model may restart (on another port): find it at each connection.
+            self._bridge = ModelBridge(
+                paths.model_socket, resolve=services.model.endpoint, explain_drop=services.model.explain_drop
+            )
         await self._bridge.start()
+        self._model_watch = asyncio.get_running_loop().create_task(
+            self._watch_model(base if env.model_base_url else f"the embedded model ({base})"),
+            name=f"model-watch:{env.run_key}",
+        )
 
         sink = CaptureSink(_StoreRecords(services.store, env.run_key), env.leases)
         self._sink = sink
@@ -305,7 +322,38 @@ class SandboxedHarness:
                 f"{log_tail.stdout.decode(errors='replace').strip()[-800:]}"
             )
 
+    async def _watch_model(self, endpoint: str, every_s: float = 2.0) -> None:
+        """End the run FAILED once its model endpoint has stayed unreachable past the grace.
+
+        A run whose every model call fails must not finish as if the agent had
+        answered badly: it fails, naming the endpoint and where to look.
+        """
+        assert self._bridge is not None and self._env is not None and self._services is not None
+        while True:
+            await asyncio.sleep(every_s)
+            if self._bridge.unreachable_for_s() < self._model_grace_s:
+                continue
+            if await self._bridge.probe():  # fresh evidence before failing a run
+                continue
+            if self._env.model_base_url:
+                where = "the daemon's log (journalctl -u sclated, or the log of the sclated process)"
+            else:
+                where = f"the embedded model's log {self._services.model.status.log_path}"
+            self._env.fail_run(
+                f"the model endpoint {endpoint} stayed unreachable for more than {self._model_grace_s:.0f} s "
+                f"({self._bridge.stats.last_error or 'no answer'}); see {where}"
+            )
+            return
+
+    async def _stop_model_watch(self) -> None:
+        task, self._model_watch = self._model_watch, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def close(self) -> None:
+        await self._stop_model_watch()
         if self._stream is not None:
             await self._stream.close()
         if self._sandbox is not None and self._control is not None:
@@ -425,6 +473,7 @@ class SandboxedHarness:
 
     async def detach(self) -> None:
         """Leave the container running (daemon shutdown): a resumed run adopts it."""
+        await self._stop_model_watch()
         if self._stream is not None:
             await self._stream.close()
         if self._control is not None:

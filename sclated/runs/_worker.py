@@ -280,6 +280,13 @@ class RunWorker:
             if self.loop is not None:
                 self.loop.request_stop(f"failed: {exc}")
 
+    def fail(self, reason: str) -> None:
+        """End the run FAILED with ``reason`` (the first failure wins)."""
+        if self._failure is None:
+            self._failure = FailedPrecondition(reason, reason="SUBSTRATE_FAILED")
+        if self.loop is not None:
+            self.loop.request_stop(f"failed: {reason}")
+
     def _lease(self, name: str, fire: FireRecord, kind: str) -> Lease:
         assert self.loop is not None
         return self.loop.leases.acquire(name, self.agent.name, sim_ns=fire.fired_ns, kind=kind)
@@ -460,6 +467,7 @@ class RunWorker:
             resources=self.spec.agent.resources,
             workspace_seed=self.scenario.workspace_seed(),
             resume=bool(self._journal_in),
+            fail_run=self.fail,
             restore_from=self.restore_from,
         )
 

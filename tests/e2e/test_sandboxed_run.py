@@ -134,6 +134,7 @@ async def test_sclate_wait_inside_releases_the_turn_and_jumps_the_clock(tmp_path
         state_dir=tmp_path, daemon_id="sclated-waittest", store=store, model=EmbeddedModel(log_path=tmp_path / "m.log")
     )
     turn: dict[str, Any] = {"lease": None}
+    failures: list[str] = []
 
     def set_turn(lease: Any) -> None:
         turn["lease"] = lease
@@ -155,6 +156,7 @@ async def test_sclate_wait_inside_releases_the_turn_and_jumps_the_clock(tmp_path
         resources=Resources(),
         workspace_seed=None,
         resume=False,
+        fail_run=failures.append,
     )
     harness = SandboxedHarness({"probe": True}, services)
     loop_task: asyncio.Task[Any] | None = None
@@ -184,3 +186,4 @@ async def test_sclate_wait_inside_releases_the_turn_and_jumps_the_clock(tmp_path
         await services.close()
         await store.close()
     assert await _containers_of("wait-test") == []
+    assert failures == []
