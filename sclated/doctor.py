@@ -30,7 +30,7 @@ from sclated.runs._control import ControlServer
 from sclated.runs._model_service import EmbeddedModel
 from sclated.runtime import Check, run_doctor
 
-__all__ = ["check_model", "check_proxy", "run_doctor_cli"]
+__all__ = ["EMBEDDED_FIX", "check_embedded_model", "check_model", "check_proxy", "run_doctor_cli"]
 
 
 def _free_port() -> int:
@@ -62,22 +62,59 @@ async def _chat(url: str, *, api_key: str = "") -> dict[str, Any]:
         return data
 
 
-async def check_model(url: str) -> Check:
+async def check_model(url: str, *, require_token_ids: bool = True, fix: str = "") -> Check:
+    """A real completion from ``url``: at least one sampled token, with token ids when required.
+
+    The embedded model must return token ids (trajectories are built from
+    them); an external endpoint without them still serves runs, but its
+    trajectories cannot be exported, which the check says.
+    """
+    fix = fix or "start it: `sclate model serve --port 8000`, or fix --model-url"
     try:
         data = await _chat(url)
-        ids = data["choices"][0].get("token_ids") or []
+        choice = data["choices"][0]
+        ids = choice.get("token_ids") or []
         prompt_ids = data.get("prompt_token_ids") or []
+        text = str((choice.get("message") or {}).get("content") or "")
+        completion_tokens = int((data.get("usage") or {}).get("completion_tokens") or 0)
     except Exception as exc:
-        return Check(
-            "model endpoint", False, f"{url}: {exc}", "start it: `sclate model serve --port 8000`, or fix --model-url"
-        )
+        return Check("model endpoint", False, f"{url}: no completion: {type(exc).__name__}: {exc}", fix)
+    if not ids and not completion_tokens and not text:
+        return Check("model endpoint", False, f"{url} answered, but produced no token", fix)
     if not ids or not prompt_ids:
+        if require_token_ids:
+            return Check("model endpoint", False, f"{url} produced text but no token ids", fix)
         return Check(
             "model endpoint",
             True,
             f"{url} answered, but without token ids (trajectories need a vLLM/SGLang-style server)",
         )
     return Check("model endpoint", True, f"{url}: {len(prompt_ids)} prompt + {len(ids)} completion token ids")
+
+
+EMBEDDED_FIX = (
+    "the embedded llama.cpp model does not work on this machine: run `sclate doctor`; if it crashes "
+    "(SIGSEGV/SIGILL), rebuild it for this CPU: `.venv/bin/pip uninstall -y llama-cpp-python; "
+    "rm -rf ~/.cache/sclate/wheels/llama-*; make venv`"
+)
+
+
+async def check_embedded_model(log_dir: Path) -> Check:
+    """Start the embedded model, ask it for a real completion with token ids, stop it."""
+    embedded = EmbeddedModel(log_path=log_dir / "model.log", max_restarts=1)
+    try:
+        try:
+            url = await embedded.url()
+        except Exception as exc:
+            return Check("model endpoint", False, f"the embedded model did not start: {exc}", EMBEDDED_FIX)
+        check = await check_model(url, fix=EMBEDDED_FIX)
+        status = embedded.status
+        if not check.ok and status.last_exit:
+            detail = f"{check.detail}; the model process died: {status.last_exit} (log {status.log_path})"
+            return Check(check.name, False, detail, EMBEDDED_FIX)
+        return check
+    finally:
+        await embedded.close()
 
 
 async def check_proxy(url: str) -> Check:
@@ -166,18 +203,27 @@ async def _all(model_url: str | None, skip_runtime: bool) -> list[Check]:
     with tempfile.TemporaryDirectory(prefix="sclate-doctor-model-") as tmp:
         try:
             if not model_url:
-                embedded = EmbeddedModel(log_path=Path(tmp) / "model.log")
+                embedded = EmbeddedModel(log_path=Path(tmp) / "model.log", max_restarts=1)
                 try:
                     model_url = await embedded.url()
                 except Exception as exc:
                     checks.append(
-                        Check(
-                            "model endpoint", False, f"embedded model did not start: {exc}", "`make venv` installs it"
-                        )
+                        Check("model endpoint", False, f"the embedded model did not start: {exc}", EMBEDDED_FIX)
                     )
                     return checks
-            checks.append(await check_model(model_url))
-            checks.append(await check_proxy(model_url))
+                check = await check_model(model_url, fix=EMBEDDED_FIX)
+                if not check.ok and embedded.status.last_exit:
+                    check = Check(
+                        check.name,
+                        False,
+                        f"{check.detail}; the model process died: {embedded.status.last_exit}",
+                        EMBEDDED_FIX,
+                    )
+            else:
+                check = await check_model(model_url, require_token_ids=False)
+            checks.append(check)
+            if check.ok:
+                checks.append(await check_proxy(model_url))
         finally:
             if embedded is not None:
                 await embedded.close()

@@ -21,13 +21,54 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
+from sclate._json import message_to_json
 from sclate.v1 import sclate_pb2 as pb
 from sclate.v1 import sclate_pb2_grpc as pb_grpc
 
-__all__ = ["run_demo_cli", "run_e2e"]
+__all__ = ["DemoFailed", "demo_problems", "run_demo_cli", "run_e2e"]
 
 Progress = Callable[[str], None]
+
+
+class DemoFailed(Exception):
+    """The demo cannot show a working substrate: what went wrong and what to do."""
+
+    def __init__(self, what: str, todo: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.todo = todo
+
+
+async def _check_model(model_url: str | None, out_dir: Path, progress: Progress) -> None:
+    """Before anything else: the model must really produce tokens (with token ids when embedded)."""
+    from sclated.doctor import check_embedded_model, check_model
+
+    progress(f"model: checking that {model_url or 'the embedded model'} produces tokens")
+    if model_url:
+        check = await check_model(model_url, require_token_ids=False)
+    else:
+        await asyncio.to_thread((out_dir / "model-check").mkdir, parents=True, exist_ok=True)
+        check = await check_embedded_model(out_dir / "model-check")
+    if not check.ok:
+        raise DemoFailed(f"the model does not work: {check.detail}", check.fix)
+    progress(f"model: ok ({check.detail})")
+
+
+def demo_problems(run: dict[str, Any]) -> list[str]:
+    """Why a finished demo run does not show a working substrate (empty: it does)."""
+    problems: list[str] = []
+    if run.get("state") != "SUCCEEDED":
+        problems.append(f"the run ended {run.get('state')}: {run.get('state_reason', '')}")
+    results = run.get("results") or {}
+    capture = results.get("capture") or {}
+    if not (capture.get("prompt_tokens") or capture.get("completion_tokens")):
+        problems.append(
+            f"the run captured no tokens ({capture.get('calls', 0)} calls, {capture.get('calls_failed', 0)} failed)"
+        )
+    rows = run.get("export_rows") or {}
+    if not any(rows.values()):
+        problems.append("no trajectory was exported (0 rows)")
+    return problems
 
 
 def _default_out() -> Path:
@@ -66,12 +107,14 @@ async def run_e2e(
     subset: tuple[str, ...] = (),
     harness_options: dict[str, Any] | None = None,
     progress: Progress = lambda _: None,
+    model_url: str | None = None,
 ) -> dict[str, Any]:
     """Run one MetaClaw scenario through a fresh daemon; return the run as a dict plus artefact paths.
 
     ``data_dir`` must be absolute: the daemon resolves it on its side."""
     await asyncio.to_thread(out_dir.mkdir, parents=True, exist_ok=True)
     state_dir = out_dir / "state"
+    await _check_model(model_url, out_dir, progress)
     await _ensure_images(progress)
     proc, addr = await _start_daemon(state_dir, progress)
     t0 = time.monotonic()
@@ -85,7 +128,7 @@ async def run_e2e(
                     data_dir=str(data_dir) if data_dir else "",
                     subset=list(subset),
                 ),
-                agent=pb.AgentSpec(harness="reference"),
+                agent=pb.AgentSpec(harness="reference", model=pb.ModelEndpoint(base_url=model_url or "")),
                 clock=pb.ClockSpec(mode=pb.HYBRID),
                 labels={"origin": "demo"},
             )
@@ -114,6 +157,7 @@ async def run_e2e(
                     progress(f"run: {pb.State.Name(ev.state.state)} {ev.state.reason}")
             final = await stub.GetRun(pb.GetRunRequest(name=created.name))
             exports: dict[str, str] = {}
+            export_rows: dict[str, int] = {}
             for fmt in ("skyrl", "atif"):
                 path = out_dir / f"trajectories.{fmt}.jsonl"
                 rows = 0
@@ -131,14 +175,21 @@ async def run_e2e(
                 await asyncio.to_thread(tmp.write_bytes, bytes(data))
                 await asyncio.to_thread(os.replace, tmp, path)
                 exports[fmt] = str(path)
+                export_rows[fmt] = rows
                 progress(f"export: {rows} {fmt} rows -> {path}")
     finally:
         proc.send_signal(signal.SIGTERM)
         await proc.wait()
-    out: dict[str, Any] = json_format.MessageToDict(final, preserving_proto_field_name=True)
+    # Every field, numbers as numbers (a score of 0 is not a missing score).
+    out: dict[str, Any] = message_to_json(final)
     out["exports"] = exports
+    out["export_rows"] = export_rows
     out["wall_s_total"] = time.monotonic() - t0
     return out
+
+
+def _num(value: Any, fmt: str = ".2f") -> str:
+    return format(value, fmt) if isinstance(value, int | float) else "-"
 
 
 def _print_report(run: dict[str, Any]) -> None:
@@ -146,44 +197,71 @@ def _print_report(run: dict[str, Any]) -> None:
     from rich.table import Table
 
     c = Console()
-    r = run.get("results", {})
-    s = r.get("scheduler", {})
+    r = run.get("results") or {}
+    s = r.get("scheduler") or {}
     c.rule(f"[bold]sclate demo: {run['name']} {run['state']}")
     t = Table("round", "kind", "score", "reason", title="rounds")
     for x in r.get("round_scores", []):
         t.add_row(
             x["round_id"],
             x.get("kind", ""),
-            f"{x.get('score', 0):.2f}" if x.get("graded") else "ungradable",
+            _num(x.get("score")) if x.get("graded") else "ungradable",
             x.get("reason", ""),
         )
     c.print(t)
     m = Table(show_header=False, title="scheduler")
-    m.add_row("score", f"{r.get('score', 0):.3f} over {r.get('rounds_graded', 0)}/{r.get('rounds', 0)} gradable rounds")
+    m.add_row(
+        "score",
+        f"{_num(r.get('score'), '.3f')} over {r.get('rounds_graded', 0)}/{r.get('rounds', 0)} gradable rounds",
+    )
     m.add_row(
         "events",
-        f"{s.get('events_fired', 0)} fired of {s.get('events_scheduled', 0)} scheduled, in order: {s.get('in_order')}",
+        f"{s.get('events_fired', 0)} fired of {s.get('events_scheduled', 0)} scheduled",
+    )
+    m.add_row(
+        "deliveries",
+        f"{s.get('deliveries', 0)} ({s.get('deliveries_checked', 0)} checked on the harness's clock): "
+        f"{s.get('out_of_order', 0)} out of order, {s.get('early_deliveries', 0)} early, "
+        f"{s.get('negative_delays', 0)} negative delays",
     )
     m.add_row(
         "delivery delay",
-        f"p50 {s.get('delivery_delay_ms_p50', 0):.2f} ms, max {s.get('delivery_delay_ms_max', 0):.2f} ms",
+        f"p50 {_num(s.get('delivery_delay_ms_p50'))} ms, max {_num(s.get('delivery_delay_ms_max'))} ms",
     )
     m.add_row(
         "simulated span",
-        f"{float(s.get('sim_span_s', 0)) / 86400:.2f} days in {float(s.get('wall_s', 0)):.0f} s of wall time",
+        f"{float(s.get('sim_span_s', 0)) / 86400:.2f} days in {float(s.get('run_wall_s', 0)):.0f} s of wall time",
     )
     m.add_row(
         "compression",
-        f"{s.get('compression_ratio', 0):,.0f}x (limit {s.get('compression_limit', 0):,.0f}x), "
-        f"{s.get('jumps', 0)} jumps",
+        f"{s.get('compression_ratio', 0):,.0f}x; agent's own limit {s.get('compression_limit_agent', 0):,.0f}x "
+        f"({100 * float(s.get('compression_vs_agent_limit', 0)):.0f}% of it); {s.get('jumps', 0)} jumps",
+    )
+    overhead = s.get("overhead_s") or {}
+    top = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(overhead.items(), key=lambda kv: -kv[1])[:4])
+    m.add_row(
+        "wall time",
+        f"agent {float(s.get('agent_s', 0)):.1f} s; overhead {100 * float(s.get('overhead_fraction', 0)):.1f}% ({top})",
     )
     for call in r.get("calls", []):
+        failed = f", {call['failed']} failed {call.get('failed_by_cause')}" if call.get("failed") else ""
         m.add_row(
             f"calls ({call['role']})",
             f"{call.get('calls', 0)} calls, {call.get('prompt_tokens', 0)} prompt + "
-            f"{call.get('completion_tokens', 0)} completion tokens",
+            f"{call.get('completion_tokens', 0)} completion tokens{failed}",
         )
+    cap = r.get("capture") or {}
+    if cap:
+        m.add_row(
+            "capture",
+            f"{cap.get('calls_lost', 0)} lost, {cap.get('calls_unleased', 0)} unleased, "
+            f"{cap.get('calls_recovered_at_close', 0)} recovered at close (drain: {cap.get('drain', '')})",
+        )
+    for fmt, rows in (run.get("export_rows") or {}).items():
+        m.add_row(f"export ({fmt})", f"{rows} rows")
     c.print(m)
+    for w in r.get("warnings", []):
+        c.print(f"[bold yellow]warning:[/] {w}")
     # Paths in full (a table would cut them at the terminal's width).
     if r.get("report_path"):
         print(f"report:               {r['report_path']}")
@@ -202,12 +280,16 @@ def run_demo_cli(argv: list[str]) -> int:
     p.add_argument(
         "--out", type=Path, default=None, help="where state, report, plot and trajectories go (default ./out/demo)"
     )
+    p.add_argument(
+        "--model-url", help="an OpenAI-compatible endpoint for the agent (default: the embedded model)", default=None
+    )
     p.add_argument("--json", action="store_true", help="print the final run as JSON")
     args = p.parse_args(argv)
     if args.data_dir is not None and not args.data_dir.is_dir():
         print(f"sclate demo: --data-dir {args.data_dir} is not a directory", file=sys.stderr)
         return 2
     out_dir = (args.out or _default_out()).resolve()
+    log_hint = f"the daemon's log is {out_dir / 'state' / 'sclated.log'}"
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -223,15 +305,19 @@ def run_demo_cli(argv: list[str]) -> int:
                     subset=tuple(args.subset),
                     harness_options={"max_tokens": 160, "max_steps": 4},
                     progress=progress,
+                    model_url=args.model_url,
                 )
             )
+    except DemoFailed as exc:
+        print(f"sclate demo failed: {exc.what}\nWhat to do: {exc.todo}", file=sys.stderr)
+        return 1
     except Exception as exc:
         from sclated.errors import SclateError
 
         msg = exc.message if isinstance(exc, SclateError) else f"{type(exc).__name__}: {exc}"
         print(
             f"sclate demo failed: {msg}\nWhat to do: run `sclate doctor` to check the engine, images, simulated "
-            f"time and the model; the daemon's log is {out_dir / 'state' / 'sclated.log'}.",
+            f"time and the model; {log_hint}.",
             file=sys.stderr,
         )
         return 1
@@ -239,4 +325,13 @@ def run_demo_cli(argv: list[str]) -> int:
         print(json.dumps(run, indent=2))
     else:
         _print_report(run)
-    return 0 if run.get("state") == "SUCCEEDED" else 1
+    problems = demo_problems(run)
+    if problems:
+        print(
+            "sclate demo failed: " + "; ".join(problems) + ".\nWhat to do: run `sclate doctor` (it checks that the "
+            f"model produces tokens and that the capture proxy records them); {log_hint}; the model's log is "
+            f"{out_dir / 'state' / 'model-server.log'}.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -56,10 +56,23 @@ async def test_metaclaw_tiny_with_the_reference_harness(tmp_path: Path) -> None:
             s = r.scheduler
             assert s.events_fired == s.events_scheduled and s.in_order
             assert s.jumps > 0 and s.sim_span_s > 2 * 86400  # three weekdays, nights skipped
-            assert 0 <= s.delivery_delay_ms_p50 <= s.delivery_delay_ms_max
-            assert s.compression_ratio > 1 and s.compression_limit >= s.compression_ratio * 0.5
+            # Every message was checked against the harness's own (simulated) clock.
+            assert s.deliveries == s.deliveries_checked >= 6
+            assert s.out_of_order == 0 and s.early_deliveries == 0 and s.negative_delays == 0
+            assert s.receipt_vs_due_ms_min >= 0
+            assert 0 <= s.delivery_delay_ms_min <= s.delivery_delay_ms_p50 <= s.delivery_delay_ms_max < 5_000
+            # The wall time adds up, and the agent's own work bounds the compression.
+            split = s.agent_s + s.waiting_s + sum(s.overhead_s.values())
+            assert abs(split - s.run_wall_s) < 0.01 * s.run_wall_s
+            assert s.agent_s > 0 and s.overhead_s["sandbox_prepare"] > 0 and s.overhead_s["grading"] > 0
+            assert s.compression_ratio > 1 and s.compression_limit_agent >= s.compression_ratio
+            assert 0 < s.compression_vs_agent_limit <= 1
             roles = {c.role: c for c in r.calls}
             assert roles["agent"].calls > 0 and roles["agent"].completion_tokens > 0
+            cap = r.capture
+            assert cap.calls_failed == 0 and cap.calls_lost == 0 and cap.calls_unleased == 0, cap
+            assert cap.drain == "ok" and cap.calls == sum(c.calls for c in r.calls)
+            assert [w for w in r.warnings if "embedded" not in w] == []
             # The harness's nightly consolidation cron ran as an event and was captured as memory.
             assert roles["memory"].calls > 0
             assert any(e.WhichOneof("kind") == "fire" and "cron" in e.fire.event_id for e in events)
@@ -102,6 +115,42 @@ async def test_longmemeval_tiny_is_judged_by_the_embedded_model(tmp_path: Path) 
             verdicts = [e.verdict for e in events if e.WhichOneof("kind") == "verdict"]
             assert verdicts and all(v.graded for v in verdicts)
             assert final.results.scheduler.jumps > 0
+            # The verdict says who judged, and the run says its scores are not comparable.
+            (judge,) = final.results.judges
+            assert judge.embedded and judge.endpoint == "embedded" and judge.model
+            assert any("not comparable" in w for w in final.results.warnings)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+
+
+async def test_a_dead_model_endpoint_fails_the_run_naming_it(tmp_path: Path) -> None:
+    """Nothing listens at the run's model endpoint: the run ends FAILED, not SUCCEEDED with 0."""
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing answers there
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    proc, ready = await start_daemon_process(tmp_path / "state")
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny"),
+                agent=pb.AgentSpec(harness="reference", model=pb.ModelEndpoint(base_url=dead)),
+            )
+            run.agent.options.update({**FAST, "model_grace_s": 3})
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="dead-model"))
+            async for _ in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
+                pass
+            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
+            assert final.state == pb.FAILED, final.state_reason
+            assert dead in final.state_reason and "unreachable" in final.state_reason
+            assert "log" in final.state_reason
+            cap = final.results.capture
+            assert cap.calls_failed > 0 and cap.failed_by_cause["unreachable"] == cap.calls_failed
+            assert any("failed (unreachable" in w for w in final.results.warnings)
+        assert await _containers_of("dead-model") == []
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
