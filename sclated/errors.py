@@ -5,7 +5,8 @@ The tree::
     SclateError                    root; `reason` is a stable machine-readable code
     ├── InvalidArgument            bad input: names the field or event that was wrong
     │   ├── ScheduleError          an event that cannot be scheduled (past, cycle, unknown dependency, ...)
-    │   └── ExportContractError    trainer rows that break their own contract
+    │   ├── ExportContractError    trainer rows that break their own contract
+    │   └── ConfigError            a daemon set-up it cannot start with: names the file (and line)
     ├── NotFound                   a resource that does not exist (or belongs to another tenant)
     ├── AlreadyExists              a resource name already taken
     ├── FailedPrecondition         the resource is in the wrong state for the call
@@ -21,8 +22,11 @@ nothing else in the daemon knows about status codes.
 
 from __future__ import annotations
 
+import os
+
 __all__ = [
     "AlreadyExists",
+    "ConfigError",
     "ExportContractError",
     "FailedPrecondition",
     "InvalidArgument",
@@ -63,6 +67,40 @@ class ScheduleError(InvalidArgument):
 
 class ExportContractError(InvalidArgument):
     default_reason = "EXPORT_CONTRACT"
+
+
+class ConfigError(InvalidArgument):
+    """A configuration the daemon cannot start with: a config or tokens file, a
+    flag, or what they point at (a TLS file, a state directory, an address).
+
+    The message starts with where the problem is, when it is in a file:
+    ``/etc/sclated/tokens, line 3: token shorter than 16 characters``.
+    """
+
+    default_reason = "BAD_CONFIG"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        field: str | None = None,
+    ):
+        where = ""
+        if path is not None:
+            where = str(path)
+            if line is not None:
+                where += f", line {line}"
+                if column is not None:
+                    where += f", column {column}"
+            where += ": "
+        super().__init__(where + message, field=field)
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.column = column
+        self.problem = message
 
 
 class NotFound(SclateError):

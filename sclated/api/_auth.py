@@ -7,7 +7,7 @@ import logging
 from contextvars import ContextVar
 from pathlib import Path
 
-from sclated.errors import InvalidArgument, Unauthenticated
+from sclated.errors import ConfigError, InvalidArgument, Unauthenticated
 from sclated.runs._spec import validate_tenant
 
 __all__ = ["LOCAL_TENANT", "TokenTable", "current_tenant", "parse_tokens"]
@@ -21,27 +21,33 @@ current_tenant: ContextVar[str] = ContextVar("sclate_tenant")
 def parse_tokens(text: str, source: str = "tokens file") -> dict[str, str]:
     """`TOKEN TENANT` per line; `#` starts a comment. Errors name the line."""
     out: dict[str, str] = {}
+    first_line: dict[str, int] = {}
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         parts = line.split()
         if len(parts) != 2:
-            raise InvalidArgument(
-                f"{source}, line {n}: expected 'TOKEN TENANT', got {len(parts)} fields",
-                field="tokens_file",
+            raise _line_error(
+                source, n, f"expected 'TOKEN TENANT', got {len(parts)} field{'' if len(parts) == 1 else 's'}"
             )
         token, tenant = parts
         if len(token) < 16:
-            raise InvalidArgument(f"{source}, line {n}: token shorter than 16 characters", field="tokens_file")
+            raise _line_error(source, n, "token shorter than 16 characters")
         try:
             validate_tenant(tenant)
         except InvalidArgument as exc:
-            raise InvalidArgument(f"{source}, line {n}: {exc.message}", field="tokens_file") from None
+            raise _line_error(source, n, exc.message) from None
         if token in out:
-            raise InvalidArgument(f"{source}, line {n}: token listed twice", field="tokens_file")
+            raise _line_error(source, n, f"token listed twice (first on line {first_line[token]})")
         out[token] = tenant
+        first_line[token] = n
     return out
+
+
+def _line_error(source: str, line: int, problem: str) -> ConfigError:
+    # Never the token itself: the message goes to logs.
+    return ConfigError(problem, path=source, line=line, field="tokens_file")
 
 
 class TokenTable:
@@ -62,8 +68,12 @@ class TokenTable:
         try:
             text = path.read_text()
         except OSError as exc:
-            raise InvalidArgument(
-                f"cannot read tokens file {str(path)!r}: {exc.strerror}", field="tokens_file"
+            raise ConfigError(
+                f"cannot read the tokens file: {exc.strerror or exc}", path=path, field="tokens_file"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"the tokens file is not UTF-8 text (byte {exc.start})", path=path, field="tokens_file"
             ) from None
         return parse_tokens(text, str(path))
 

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import os
+import re
+import socket
+import ssl
+import stat
+import tempfile
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from sclated.errors import InvalidArgument
+from sclated.errors import ConfigError
 
-__all__ = ["DaemonConfig", "build_parser", "load_config"]
+__all__ = ["DaemonConfig", "build_parser", "check_startup", "load_config"]
 
 DEFAULT_PORT = 7431
 
@@ -47,27 +53,32 @@ class DaemonConfig:
         return Path(runtime.split(":")[0]) / "sclated.sock" if runtime else self.state_dir / "sclated.sock"
 
     def validate(self) -> DaemonConfig:
+        """Raises :class:`ConfigError` naming the key (``field``) that is wrong."""
         if self.listen:
             host, sep, port = self.listen.rpartition(":")
             if not sep or not host or not port.isdigit() or int(port) > 65535:
-                raise InvalidArgument(f"listen {self.listen!r} must be HOST:PORT", field="listen")
+                raise ConfigError(f"listen {self.listen!r} must be HOST:PORT (port 0-65535)", field="listen")
             if self.tokens_file is None and not _is_loopback(host.strip("[]")):
-                raise InvalidArgument(
+                raise ConfigError(
                     f"listen {self.listen!r} is not a loopback address: without a tokens_file the daemon serves "
                     "one tenant without authentication, so it only listens on loopback (set tokens_file)",
                     field="listen",
                 )
         if not self.listen and self.unix_socket == "-":
-            raise InvalidArgument("no listener: set listen or unix_socket", field="listen")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise InvalidArgument("tls_cert and tls_key go together", field="tls_cert")
-        for name in ("max_running", "tenant_max_running", "tenant_max_active"):
+            raise ConfigError("no listener: set listen or unix_socket", field="listen")
+        if self.tls_cert is not None and self.tls_key is None:
+            raise ConfigError(
+                "tls_cert is set without tls_key: TLS needs the certificate's private key", field="tls_cert"
+            )
+        if self.tls_key is not None and self.tls_cert is None:
+            raise ConfigError("tls_key is set without tls_cert: TLS needs the key's certificate", field="tls_key")
+        for name in ("max_running", "tenant_max_running", "tenant_max_active", "max_message_bytes"):
             if getattr(self, name) < 1:
-                raise InvalidArgument(f"{name} must be at least 1", field=name)
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}", field=name)
         if not isinstance(self.drain_grace_s, int | float) or self.drain_grace_s < 0:
-            raise InvalidArgument("drain_grace_s must not be negative", field="drain_grace_s")
+            raise ConfigError(f"drain_grace_s must not be negative, got {self.drain_grace_s}", field="drain_grace_s")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
-            raise InvalidArgument(f"log_level {self.log_level!r} is not debug/info/warning/error", field="log_level")
+            raise ConfigError(f"log_level {self.log_level!r} is not debug/info/warning/error", field="log_level")
         return self
 
 
@@ -80,17 +91,19 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-_TYPES: dict[str, type] = {
-    "listen": str,
-    "unix_socket": str,
-    "max_running": int,
-    "tenant_max_running": int,
-    "tenant_max_active": int,
-    "log_level": str,
-    "max_message_bytes": int,
-    "reports": bool,
+_TYPES: dict[str, tuple[type, ...]] = {
+    "listen": (str,),
+    "unix_socket": (str,),
+    "max_running": (int,),
+    "tenant_max_running": (int,),
+    "tenant_max_active": (int,),
+    "drain_grace_s": (int, float),
+    "log_level": (str,),
+    "max_message_bytes": (int,),
+    "reports": (bool,),
 }
 _PATHS = {"state_dir", "tokens_file", "tls_cert", "tls_key", "ready_file"}
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,33 +134,214 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_config(args: argparse.Namespace) -> DaemonConfig:
+    """The configuration from ``--config`` and the flags (flags win).
+
+    Every problem is a :class:`ConfigError` whose message says where it is: the
+    config file and line for a key from the file, else the flag."""
     values: dict[str, Any] = {}
     known = {f.name for f in fields(DaemonConfig)}
-    if args.config is not None:
-        try:
-            data = tomllib.loads(args.config.read_text())
-        except OSError as exc:
-            raise InvalidArgument(f"cannot read config {str(args.config)!r}: {exc.strerror}", field="config") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidArgument(f"config {str(args.config)!r} is not valid TOML: {exc}", field="config") from None
+    from_file: dict[str, int | None] = {}  # key -> its line in the config file
+    config: Path | None = args.config
+    if config is not None:
+        text = _read_config(config)
+        data = _parse_toml(text, config)
         for key, value in data.items():
+            line = _key_line(text, key)
             if key not in known:
-                raise InvalidArgument(f"config {str(args.config)!r}: unknown key {key!r}", field=key)
-            values[key] = Path(value) if key in _PATHS else value
+                raise ConfigError(
+                    f"unknown key {key!r} (known keys: {', '.join(sorted(known))})", path=config, line=line, field=key
+                )
+            try:
+                values[key] = _checked(key, value)
+            except ConfigError as exc:
+                raise ConfigError(exc.problem, path=config, line=line, field=key) from None
+            from_file[key] = line
     for key in known:
         flag = getattr(args, key, None)
         if flag is not None:
-            values[key] = flag
-    for key, value in values.items():
-        expected = _TYPES.get(key)
-        if expected is not None and (
-            not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))
-        ):
-            raise InvalidArgument(f"{key} must be of type {expected.__name__}, got {value!r}", field=key)
+            values[key] = _checked(key, flag)  # argparse gave it its type
+            from_file.pop(key, None)
     if "state_dir" not in values:
-        raise InvalidArgument("state_dir is required (--state-dir or state_dir in the config)", field="state_dir")
+        raise ConfigError("state_dir is required (--state-dir or state_dir in the config)", field="state_dir")
     try:
-        cfg = DaemonConfig(**values)
-    except TypeError as exc:
-        raise InvalidArgument(f"bad configuration: {exc}", field="config") from None
-    return replace(cfg).validate()
+        return replace(DaemonConfig(**values)).validate()
+    except ConfigError as exc:
+        if config is None or exc.field not in from_file:
+            raise
+        raise ConfigError(exc.problem, path=config, line=from_file[exc.field], field=exc.field) from None
+
+
+def _read_config(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file: {exc.strerror or exc}", path=path, field="config") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the config file is not UTF-8 text (byte {exc.start})", path=path, field="config") from None
+
+
+_TOML_WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+
+
+def _parse_toml(text: str, path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        where = _TOML_WHERE.search(message)
+        if where is None:
+            problem = message.replace("(at end of document)", "(at the end of the file)")
+            raise ConfigError(f"not valid TOML: {problem}", path=path, field="config") from None
+        raise ConfigError(
+            f"not valid TOML: {message[: where.start()]}",
+            path=path,
+            line=int(where.group(1)),
+            column=int(where.group(2)),
+            field="config",
+        ) from None
+
+
+def _key_line(text: str, key: str) -> int | None:
+    """The line of top-level ``key = ...`` or of table ``[key]`` (tomllib does
+    not say where a key was)."""
+    name = rf"""\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*"""
+    assignment = re.compile(rf"^{name}[=.]")
+    table = re.compile(rf"^\s*\[\[?{name}[\].]")
+    in_tables = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if table.match(line) or (not in_tables and assignment.match(line)):
+            return n
+        in_tables = in_tables or line.lstrip().startswith("[")
+    return None
+
+
+def _checked(key: str, value: Any) -> Any:
+    """``value`` for ``key`` if it has the key's type (a Path for a path key)."""
+    if key in _PATHS:
+        if isinstance(value, Path):
+            return value
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{key} must be a path (a non-empty string), got {value!r}", field=key)
+        return Path(value)
+    expected = _TYPES.get(key)
+    if expected is not None and (not isinstance(value, expected) or (bool not in expected and isinstance(value, bool))):
+        names = " or ".join(_TYPE_NAMES[t] for t in expected)
+        raise ConfigError(f"{key} must be {names}, got {value!r}", field=key)
+    return value
+
+
+# -- what the configuration points at -------------------------------------------------
+def check_startup(config: DaemonConfig) -> None:
+    """Checks what a configuration points at before the daemon starts anything
+    (its store, its runs, its listeners), so that a mistake is one
+    :class:`ConfigError` naming the file or address, not a failure halfway in."""
+    _check_state_dir(config.state_dir)
+    if config.tls_cert is not None and config.tls_key is not None:
+        _check_tls(config.tls_cert, config.tls_key)
+    if config.listen:
+        _check_tcp(config.listen)
+    socket_path = config.unix_socket_path
+    if socket_path is not None:
+        _check_unix_socket(socket_path)
+    if config.ready_file is not None:
+        _check_can_write_in(config.ready_file.parent, config.ready_file, "ready file", "ready_file")
+
+
+def _check_can_write_in(directory: Path, path: Path, what: str, field: str) -> None:
+    """Creates ``directory`` if need be and writes (then removes) a file in it."""
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"cannot create the {what}: {str(directory)!r} is not a directory", path=path, field=field)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".sclated-write-test-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        doing = "create" if not directory.is_dir() else "write in"
+        raise ConfigError(
+            f"cannot {doing} the {what}'s directory {str(directory)!r}: {exc.strerror or exc}", path=path, field=field
+        ) from None
+
+
+def _check_state_dir(state_dir: Path) -> None:
+    if state_dir.exists() and not state_dir.is_dir():
+        raise ConfigError("the state directory is not a directory", path=state_dir, field="state_dir")
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the state directory: {exc.strerror or exc}", path=state_dir, field="state_dir"
+        ) from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".sclated-write-test-", dir=state_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write in the state directory: {exc.strerror or exc}", path=state_dir, field="state_dir"
+        ) from None
+
+
+def _check_tls(cert: Path, key: Path) -> None:
+    for path, what, field in ((cert, "TLS certificate", "tls_cert"), (key, "TLS private key", "tls_key")):
+        try:
+            path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the {what}: {exc.strerror or exc}", path=path, field=field) from None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_verify_locations(cafile=str(cert))
+    except (ssl.SSLError, ValueError):
+        raise ConfigError("not a PEM certificate", path=cert, field="tls_cert") from None
+    try:
+        # An encrypted key gets an empty password (and fails) instead of a prompt.
+        ctx.load_cert_chain(str(cert), str(key), password=lambda: b"")
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(
+                f"not the private key of the certificate {str(cert)!r}", path=key, field="tls_key"
+            ) from None
+        raise ConfigError("not an unencrypted PEM private key", path=key, field="tls_key") from None
+
+
+def _check_tcp(listen: str) -> None:
+    """Binds every address ``listen`` resolves to, as gRPC will (SO_REUSEADDR), and lets go."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"listen {listen!r}: cannot resolve {host!r}: {exc.strerror}", field="listen") from None
+    failures: list[OSError] = []
+    bound = 0
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+                bound += 1
+            except OSError as exc:
+                failures.append(exc)
+    if any(exc.errno == errno.EADDRINUSE for exc in failures):
+        raise ConfigError(f"listen {listen!r}: address already in use (is another sclated running?)", field="listen")
+    if not bound:
+        reason = failures[0].strerror if failures else "no address"
+        raise ConfigError(f"listen {listen!r}: cannot listen there: {reason}", field="listen")
+
+
+_SUN_PATH_MAX = 107
+"""Bytes of a unix socket path (sockaddr_un.sun_path holds 108, the last a NUL)."""
+
+
+def _check_unix_socket(path: Path) -> None:
+    size = len(os.fsencode(path))
+    if size > _SUN_PATH_MAX:
+        raise ConfigError(
+            f"the unix socket path is {size} bytes long; the system allows at most {_SUN_PATH_MAX}",
+            path=path,
+            field="unix_socket",
+        )
+    if path.is_symlink() or (path.exists() and not stat.S_ISSOCK(path.stat().st_mode)):
+        # The daemon removes a stale socket there: never a file of the user's.
+        raise ConfigError("the unix socket path exists and is not a socket", path=path, field="unix_socket")
+    _check_can_write_in(path.parent, path, "unix socket", "unix_socket")

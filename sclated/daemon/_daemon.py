@@ -32,7 +32,7 @@ from sclated.api._interceptor import SclateInterceptor
 from sclated.api._servicer import SclateServicer
 from sclated.daemon._config import DaemonConfig
 from sclated.daemon._sdnotify import notify, watchdog_interval_s, watchdog_loop
-from sclated.errors import SclateError
+from sclated.errors import ConfigError, SclateError
 from sclated.runs import ManagerConfig, Registry, RunManager, RunSpec, default_registry
 from sclated.runs._judge import JudgeConfig, ask_judge
 from sclated.runs._model_service import EmbeddedModel
@@ -120,20 +120,28 @@ class Daemon:
         )
         if cfg.listen:
             host = cfg.listen.rpartition(":")[0]
-            if cfg.tls_cert is not None and cfg.tls_key is not None:
-                creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
-                port = server.add_secure_port(cfg.listen, creds)
-            else:
-                port = server.add_insecure_port(cfg.listen)
+            try:
+                if cfg.tls_cert is not None and cfg.tls_key is not None:
+                    creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
+                    port = server.add_secure_port(cfg.listen, creds)
+                else:
+                    port = server.add_insecure_port(cfg.listen)
+            except RuntimeError:  # what grpc raises now where it used to return 0
+                port = 0
             if port == 0:
-                raise SclateError(f"could not listen on {cfg.listen}")
+                raise ConfigError(
+                    f"listen {cfg.listen!r}: cannot listen there (in use, or not this host's)", field="listen"
+                )
             self.tcp_address = f"{host}:{port}"
         path = cfg.unix_socket_path
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # a stale socket from a killed process
-            server.add_insecure_port(f"unix:{path}")
+            try:
+                server.add_insecure_port(f"unix:{path}")
+            except RuntimeError:
+                raise ConfigError("cannot listen on this unix socket", path=path, field="unix_socket") from None
             self.unix_path = path
         await server.start()
         self.server = server
