@@ -63,8 +63,15 @@ def test_counts_are_numbers_and_zero_values_are_present() -> None:
     legacy = json_format.MessageToDict(_graded_run(), preserving_proto_field_name=True)["results"]["scheduler"]
     assert "jumps" not in legacy and legacy["events_fired"] == "59"
     assert got["last_event_seq"] == 0 and type(got["last_event_seq"]) is int
-    assert got["agent"]["resources"] == {"memory_bytes": 2**40, "cpus": 0.0, "pids": 0}
-    assert got["results"]["calls"] == [{"role": "agent", "calls": 3, "prompt_tokens": 120, "completion_tokens": 0}]
+    resources = got["agent"]["resources"]
+    assert list(resources) == [f.name for f in pb.Resources.DESCRIPTOR.fields]
+    assert (resources["memory_bytes"], resources["cpus"], resources["pids"]) == (2**40, 0.0, 0)
+    assert type(resources["cpus"]) is float and type(resources["pids"]) is int
+    (call,) = got["results"]["calls"]
+    assert list(call) == [f.name for f in pb.RoleUsage.DESCRIPTOR.fields]
+    assert (call["role"], call["calls"], call["prompt_tokens"], call["completion_tokens"]) == ("agent", 3, 120, 0)
+    assert all(type(call[k]) is int for k in ("calls", "prompt_tokens", "completion_tokens"))
+    assert list(sched) == [f.name for f in pb.SchedulerStats.DESCRIPTOR.fields]
     assert got["results"]["rounds"] == 3 and got["results"]["score"] == 0.5
     assert got["state_reason"] == "" and got["parent"] == ""
 
