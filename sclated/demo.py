@@ -97,7 +97,8 @@ def _print_report(report: dict[str, Any]) -> None:
         "compression",
         f"{ratio:,.0f}x of a possible {limit:,.0f}x ({ratio / limit:.1%} of the limit)",
     )
-    m.add_row("score", f"{res['score']:.3f} over {res['rounds_graded']} graded days")
+    score = "none graded" if res["score"] is None else f"{res['score']:.3f}"
+    m.add_row("score", f"{score} over {res['rounds_graded']} graded days")
     console.print(m)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
