@@ -322,6 +322,24 @@ class SandboxedHarness:
                 f"{log_tail.stdout.decode(errors='replace').strip()[-800:]}"
             )
 
+    def _model_log_hint(self) -> str:
+        assert self._env is not None and self._services is not None
+        if self._env.model_base_url:
+            return "the daemon's log (journalctl -u sclated, or the log of the sclated process)"
+        return f"the embedded model's log {self._services.model.status.log_path}"
+
+    def _check_model_was_reached(self) -> None:
+        """At the end of a run: a model endpoint that never answered fails it, however short it was."""
+        bridge, env = self._bridge, self._env
+        if bridge is None or env is None:
+            return
+        stats = bridge.stats
+        if stats.failed and not stats.reached and stats.failing_since is not None:
+            env.fail_run(
+                f"the model endpoint {env.model_base_url or 'of the embedded model'} was never reached: "
+                f"all {stats.failed} connection(s) failed ({stats.last_error}); see {self._model_log_hint()}"
+            )
+
     async def _watch_model(self, endpoint: str, every_s: float = 2.0) -> None:
         """End the run FAILED once its model endpoint has stayed unreachable past the grace.
 
@@ -335,13 +353,9 @@ class SandboxedHarness:
                 continue
             if await self._bridge.probe():  # fresh evidence before failing a run
                 continue
-            if self._env.model_base_url:
-                where = "the daemon's log (journalctl -u sclated, or the log of the sclated process)"
-            else:
-                where = f"the embedded model's log {self._services.model.status.log_path}"
             self._env.fail_run(
                 f"the model endpoint {endpoint} stayed unreachable for more than {self._model_grace_s:.0f} s "
-                f"({self._bridge.stats.last_error or 'no answer'}); see {where}"
+                f"({self._bridge.stats.last_error or 'no answer'}); see {self._model_log_hint()}"
             )
             return
 
@@ -354,6 +368,7 @@ class SandboxedHarness:
 
     async def close(self) -> None:
         await self._stop_model_watch()
+        self._check_model_was_reached()
         if self._stream is not None:
             await self._stream.close()
         if self._sandbox is not None and self._control is not None:

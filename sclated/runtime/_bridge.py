@@ -74,6 +74,8 @@ class BridgeStats:
     dropped: int = 0
     failing_since: float | None = None
     last_error: str = ""
+    reached: int = 0
+    """Successful connects to the upstream (probes included)."""
 
 
 class _Refused(Exception):
@@ -262,6 +264,7 @@ class ModelBridge:
             self._failed(str(exc))
             raise
         self.stats.failing_since = None
+        self.stats.reached += 1
         return streams
 
     # -- connections ---------------------------------------------------------------------
