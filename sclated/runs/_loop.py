@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,7 +30,7 @@ from sclated.scheduler import (
     Wake,
 )
 
-__all__ = ["EffectExecutor", "RunLoop", "RunObserver", "RunSummary"]
+__all__ = ["EffectExecutor", "RunLoop", "RunObserver", "RunSummary", "Turn"]
 
 # What the loop's own dispatch leases count as in the wall-time ledger.
 _DISPATCH_WORK = {"agent_control": "session_control", "save_snapshot": "snapshot"}
@@ -93,6 +93,45 @@ class RunSummary:
         }
 
 
+class Turn:
+    """The agent's work on one delivered message: busy (a lease held) until it ends.
+
+    A wait inside the turn reads ``async with turn.suspended(until) as woke:``:
+    the wake-up event is registered before the lease is let go, so the clock
+    can never jump past it, and when the wake-up fires the loop takes the
+    turn's lease again *at that fire*, before anything else can jump the clock.
+    """
+
+    def __init__(self, loop: RunLoop, name: str, holder: str, sim_ns: int) -> None:
+        self._loop = loop
+        self.name = name
+        self.holder = holder
+        self.lease: Lease | None = loop.leases.acquire(name, holder, sim_ns=sim_ns, kind="turn")
+        self.waits = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.lease is not None and self._loop.leases.is_held(self.lease)
+
+    @contextlib.asynccontextmanager
+    async def suspended(self, until_ns: int) -> AsyncIterator[int]:
+        """Let the clock move until ``until_ns`` (simulated); yields the time it woke at."""
+        if self.lease is None:
+            raise FailedPrecondition(f"turn {self.name!r} has ended; it cannot wait", reason="TURN_ENDED")
+        self.waits += 1
+        lease, self.lease = self.lease, None
+        woke, self.lease = await self._loop.wake_at(
+            until_ns, release=lease, reacquire=(f"{self.name}:after-wait", self.holder, "turn"), waiter=self.holder
+        )
+        yield woke
+
+    def end(self) -> None:
+        """Release the turn's lease (idempotent)."""
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            self._loop.leases.release(lease)
+
+
 class RunLoop:
     def __init__(
         self,
@@ -119,6 +158,8 @@ class RunLoop:
         self._changed = asyncio.Event()
         self._stop_reason: str | None = None
         self._waiters: dict[str, asyncio.Future[int]] = {}
+        self._reacquire: dict[str, tuple[str, str, str]] = {}
+        self._reacquired: dict[str, Lease] = {}
         self._wait_ids = itertools.count(1)
         self._expired: list[ExpiredLease] = []
         self._last_fire_key: tuple[int, int, int, int] | None = None
@@ -173,11 +214,25 @@ class RunLoop:
         self.wake()
 
     async def sleep_until(self, sim_ns: int, *, lease: Lease | None = None, waiter: str = "agent") -> int:
-        """Register a wake-up at ``sim_ns``, release ``lease``, and return when it fires.
+        """Register a wake-up at ``sim_ns``, release ``lease``, and return when it fires."""
+        woke, _ = await self.wake_at(sim_ns, release=lease, waiter=waiter)
+        return woke
+
+    async def wake_at(
+        self,
+        sim_ns: int,
+        *,
+        release: Lease | None = None,
+        reacquire: tuple[str, str, str] | None = None,
+        waiter: str = "agent",
+    ) -> tuple[int, Lease | None]:
+        """Register a wake-up at ``sim_ns``, then release ``release``; return when it fires.
 
         The wake event is registered *before* the lease is released, so the
         clock can never jump past it (Temporal's lesson: skipping before the
-        waiter is registered).
+        waiter is registered). ``reacquire`` = (name, holder, kind): a lease the
+        loop takes when the wake-up fires, before it dispatches or jumps again,
+        so the waiter is busy again from that very instant; it is returned.
         """
         now = self.clock.now()
         if sim_ns < now:
@@ -185,18 +240,31 @@ class RunLoop:
         wait_id = f"wake:{waiter}:{next(self._wait_ids)}"
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiters[wait_id] = fut
+        if reacquire is not None:
+            self._reacquire[wait_id] = reacquire
         try:
             # Validated against the same `now` as above: a flowing clock read a
             # second time would already be past a wake-up asked for "now".
             spec = EventSpec(wait_id, At(sim_ns), (Wake(wait_id),), priority=Priority.HIGH)
             self._register_at(now, [spec])
-            if lease is not None:
-                self.leases.release(lease)
-            return await fut
+            if release is not None:
+                self.leases.release(release)
+            woke = await fut
+            return woke, self._reacquired.pop(wait_id, None)
+        except BaseException:
+            taken = self._reacquired.pop(wait_id, None)
+            if taken is not None:
+                self.leases.release(taken)
+            raise
         finally:
             self._waiters.pop(wait_id, None)
+            self._reacquire.pop(wait_id, None)
             # One waiter fewer may make the run idle: let the loop look again.
             self.wake()
+
+    def begin_turn(self, name: str, holder: str, sim_ns: int) -> Turn:
+        """A turn that is busy from now (its lease taken at once, so the clock cannot jump)."""
+        return Turn(self, name, holder, sim_ns)
 
     # -- the loop ---------------------------------------------------------------
     def _on_lease(self, change: LeaseChange) -> None:
@@ -345,6 +413,12 @@ class RunLoop:
             if isinstance(effect, Wake):
                 fut = self._waiters.get(effect.waiter)
                 if fut is not None and not fut.done():
+                    again = self._reacquire.pop(effect.waiter, None)
+                    if again is not None:
+                        name, holder, kind = again
+                        self._reacquired[effect.waiter] = self.leases.acquire(
+                            name, holder, sim_ns=fire.fired_ns, kind=kind
+                        )
                     fut.set_result(fire.fired_ns)
                 continue
             if isinstance(effect, MutateWorld):

@@ -455,3 +455,50 @@ def test_hybrid_never_jumps_past_a_due_event_or_while_busy(
     assert all(f.fired_ns >= f.due_ns for f in fires)
     assert [f.fired_ns for f in fires] == sorted(f.fired_ns for f in fires)
     assert summary.end_ns >= max(f.due_ns for f in fires)
+
+
+# -- turns and their waits ---------------------------------------------------------------
+
+
+async def test_a_suspended_turn_lets_the_clock_jump_and_is_busy_again_from_the_wake_up() -> None:
+    later = T0 + 3 * 3600 * S
+    sched = Scheduler(start_ns=T0, sources=[Src("s", [EventSpec("next", At(later + 3600 * S), (Notify("n"),))])])
+    clock = SimClock(ClockConfig(ClockMode.HYBRID, start_ns=T0))
+    loop = RunLoop(sched, clock, lambda fire, effect: None)
+    turn = loop.begin_turn("turn:a", "agent", T0)
+    task = asyncio.create_task(loop.run())
+    async with turn.suspended(later) as woke:
+        assert later <= woke < later + S  # fired at its time (the hybrid clock flows on a little)
+        assert turn.busy  # taken by the loop at the wake-up's fire, not later
+        lease_kinds = {i.kind for i in clock.leases.diagnostics()}
+        assert lease_kinds == {"turn"}
+    # The turn still holds the clock: the next event (an hour on) is not jumped to.
+    await asyncio.sleep(0.05)
+    assert clock.now() < later + 3600 * S
+    assert all(f.event_id != "next" for f in sched.fires)
+    turn.end()
+    await asyncio.wait_for(task, 5)
+    assert any(f.event_id == "next" for f in sched.fires)
+    assert turn.waits == 1 and not clock.leases.held
+
+
+async def test_a_turn_cancelled_while_suspended_leaves_no_lease() -> None:
+    sched = Scheduler(start_ns=T0, sources=[Src("s", [EventSpec("far", At(T0 + 30 * 86400 * S), (StopRun("x"),))])])
+    clock = SimClock(ClockConfig(ClockMode.DISCRETE, start_ns=T0))
+    loop = RunLoop(sched, clock, lambda fire, effect: None, stop_when_idle=False)
+    turn = loop.begin_turn("turn:b", "agent", T0)
+
+    async def wait_long() -> None:
+        async with turn.suspended(T0 + 40 * 86400 * S):
+            pass
+
+    waiter = asyncio.create_task(wait_long())
+    await asyncio.sleep(0)
+    assert not clock.leases.held  # released once the wake-up was registered
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert not clock.leases.held and not turn.busy
+    with pytest.raises(FailedPrecondition, match="has ended"):
+        async with turn.suspended(T0):
+            pass
