@@ -459,6 +459,18 @@ def inject_token_flags(api: str, body: JSON) -> list[str]:
     return added
 
 
+def add_fields(raw: bytes, fields: dict[str, JSON]) -> bytes | None:
+    """``raw``, a JSON object, with ``fields`` (absent from it) put first, the
+    rest left as it was: re-serialising a long conversation costs milliseconds.
+    None if ``raw`` does not start like an object."""
+    text = raw.lstrip()
+    if not text.startswith(b"{"):
+        return None
+    rest = text[1:]
+    added = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in fields.items()).encode()
+    return b"{" + added + (b"" if rest.lstrip().startswith(b"}") else b", ") + rest
+
+
 # --------------------------------------------------------------------------
 # Control socket client and spool
 # --------------------------------------------------------------------------
@@ -522,17 +534,23 @@ class ControlClient:
             if not fut.done():
                 fut.set_exception(exc)
 
-    async def request(self, type_: str, payload: dict[str, JSON], wait_s: float) -> dict[str, JSON]:
+    async def request(
+        self, type_: str, payload: dict[str, JSON], wait_s: float, *, raw: str = ""
+    ) -> dict[str, JSON]:
         """Send one request and wait for its reply; raises ControlError on
         ``ok: false`` and OSError/ConnectionError/TimeoutError when the daemon
-        is away."""
+        is away. ``raw``: members already serialised (``"record": {...}``),
+        appended as they are."""
         async with asyncio.timeout(wait_s):
             writer = await self._ensure()
             rid = next(self._ids)
             fut: asyncio.Future[dict[str, JSON]] = asyncio.get_running_loop().create_future()
             self._pending[rid] = fut
             try:
-                writer.write((json.dumps({"id": rid, "type": type_, **payload}) + "\n").encode())
+                line = json.dumps({"id": rid, "type": type_, **payload})
+                if raw:
+                    line = f"{line[:-1]}, {raw}}}"
+                writer.write((line + "\n").encode())
                 await writer.drain()
                 reply = await fut
             finally:
@@ -618,6 +636,7 @@ class _Call:
     body_hash: str = ""
     retry_of: str | None = None
     unleased: bool = False
+    lease: asyncio.Task[None] | None = None
     first_byte_ns: int | None = None
     streamed: bool = False
     chunks: list[dict[str, JSON]] = dataclasses.field(default_factory=list)
@@ -747,12 +766,19 @@ class SclateCapture:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         headers = flow.request.headers
+        # Every lookup on mitmproxy's Headers scans them all (~3-5 us each):
+        # look up only the headers that are there.
+        present = {name.lower() for name, _ in headers.fields}
+
+        def header(name: str) -> str | None:
+            return headers.get(name) if name.encode() in present else None
+
         key_header = None
         key = ""
-        auth = headers.get("authorization", "")
+        auth = header("authorization") or ""
         if auth.lower().startswith("bearer "):
             key_header, key = "authorization", auth[7:].strip()
-        elif headers.get("x-api-key"):
+        elif header("x-api-key"):
             key_header, key = "x-api-key", headers["x-api-key"].strip()
         run = run_from_key(key, self.secret) if key_header else None
         if run is None:
@@ -772,7 +798,7 @@ class SclateCapture:
             headers[key_header] = f"Bearer {real}" if key_header == "authorization" else real
         else:
             del headers[key_header]
-        turn_s = headers.get("x-sclate-turn")
+        turn_s = header("x-sclate-turn")
         call = _Call(
             call_id=str(uuid.uuid4()),
             run=run,
@@ -782,15 +808,20 @@ class SclateCapture:
             path=flow.request.path,
             start_ns=time.time_ns(),
             turn=int(turn_s) if turn_s and turn_s.strip().lstrip("-").isdigit() else None,
-            parent_thread=headers.get("x-sclate-parent-thread") or None,
-            branch_hint=headers.get("x-sclate-branch") or None,
+            parent_thread=header("x-sclate-parent-thread") or None,
+            branch_hint=header("x-sclate-branch") or None,
         )
-        if headers.get("x-sclate-thread"):
-            call.thread, call.thread_source = headers["x-sclate-thread"], "header"
+        thread = header("x-sclate-thread")
+        if thread:
+            call.thread, call.thread_source = thread, "header"
         for h in ("x-sclate-thread", "x-sclate-turn", "x-sclate-parent-thread", "x-sclate-branch"):
-            if h in headers:
+            if h.encode() in present:
                 del headers[h]
         self._calls[flow.id] = call
+        # The lease is asked for now and awaited in `request`, before the call is
+        # forwarded: the round trip overlaps mitmproxy reading the body and our
+        # parsing it instead of following them.
+        call.lease = self._spawn(self._call_start(call), f"sclate-start-{call.call_id}")
 
     async def request(self, flow: http.HTTPFlow) -> None:
         call = self._calls.get(flow.id)
@@ -804,9 +835,16 @@ class SclateCapture:
         if self.request_tokens:
             call.injected = inject_token_flags(call.api, body)
             if call.injected:
-                flow.request.content = json.dumps(body, ensure_ascii=False).encode()
+                assert isinstance(body, dict)
+                spliced = add_fields(raw, {k: body[k] for k in call.injected})
+                if spliced is None:
+                    spliced = json.dumps(body, ensure_ascii=False).encode()
+                flow.request.content = spliced
         call.request_body = body if body is not None or not raw else raw.decode("utf-8", "replace")
         call.retry_of = self._failed.get((call.thread, call.body_hash))
+        await (call.lease if call.lease is not None else self._call_start(call))
+
+    async def _call_start(self, call: _Call) -> None:
         try:
             await self.client.request(
                 "call_start",
@@ -856,19 +894,15 @@ class SclateCapture:
         call = self._calls.pop(flow.id, None)
         if call is None:
             return
-        record = self.build_record(call, flow, error)
-        failed = record["error"] is not None or not record["complete"]
-        key = (call.thread, call.body_hash)
-        if failed:
-            self._failed[key] = call.call_id
-        else:
-            self._failed.pop(key, None)
-        # Delivery runs in the background: awaiting it here would hold back
-        # the end of the response the agent is waiting for.
-        self._spawn(self._complete(call.call_id, record), f"sclate-deliver-{call.call_id}")
-
-    def build_record(self, call: _Call, flow: http.HTTPFlow, error: str | None) -> dict[str, JSON]:
+        # The record is built and delivered in the background: doing either
+        # here would hold back the end of the response the agent is waiting for.
         end_ns = time.time_ns()
+        self._spawn(self._complete(call, flow, error, end_ns), f"sclate-deliver-{call.call_id}")
+
+    def build_record(
+        self, call: _Call, flow: http.HTTPFlow, error: str | None, end_ns: int | None = None
+    ) -> dict[str, JSON]:
+        end_ns = time.time_ns() if end_ns is None else end_ns
         resp = flow.response
         status = resp.status_code if resp is not None else None
         warnings: list[str] = []
@@ -933,7 +967,21 @@ class SclateCapture:
             "warnings": warnings,
         }
 
-    async def _complete(self, call_id: str, record: dict[str, JSON]) -> None:
+    async def _complete(
+        self, call: _Call, flow: http.HTTPFlow, error: str | None, end_ns: int
+    ) -> None:
+        # Before any await: a retry of this call cannot have arrived yet.
+        record = self.build_record(call, flow, error, end_ns)
+        failed = record["error"] is not None or not record["complete"]
+        key = (call.thread, call.body_hash)
+        if failed:
+            self._failed[key] = call.call_id
+        else:
+            self._failed.pop(key, None)
+        call_id = call.call_id
+        if call.lease is not None and not call.lease.done():
+            # A flow that failed before `request`: the release follows the ask.
+            await asyncio.wait([call.lease])
         try:
             await self.client.request("call_end", {"call_id": call_id}, self.send_timeout_s)
         except (OSError, ConnectionError, TimeoutError, ControlError) as e:
@@ -942,17 +990,20 @@ class SclateCapture:
         # On disk before it is sent: if we die between the two, the record is
         # redelivered on the next start instead of lost.
         await asyncio.to_thread(self.spool.write, call_id, text)
-        if not await self._send(call_id, text):
+        if not await self._send(call_id, text, checked=True):
             self._wake.set()
 
-    async def _send(self, call_id: str, text: str) -> bool:
-        """Deliver one spooled record; the file goes only after the daemon's ok."""
+    async def _send(self, call_id: str, text: str, *, checked: bool = False) -> bool:
+        """Deliver one spooled record; the file goes only after the daemon's ok.
+        ``checked``: ``text`` is known to be one line of JSON (we just wrote it),
+        so it is sent as it is instead of parsed and serialised again."""
         if call_id in self._inflight:
             return False
         self._inflight.add(call_id)
         try:
-            record = json.loads(text)
-            await self.client.request("record", {"record": record}, self.send_timeout_s)
+            if not checked:
+                text = json.dumps(json.loads(text), ensure_ascii=False)
+            await self.client.request("record", {}, self.send_timeout_s, raw=f'"record": {text}')
             await asyncio.to_thread(self.spool.remove, call_id)
             return True
         except ControlError as e:
