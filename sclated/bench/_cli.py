@@ -1,15 +1,80 @@
-"""`sclate bench NAME [--json] [options]`: each prints ONE JSON object with --json."""
+"""`sclate bench NAME [--json] [options]`: each prints ONE JSON object with --json.
+
+Benchmarks clean up after themselves, also when they fail or are interrupted:
+SIGINT and SIGTERM cancel the benchmark (so every ``finally`` runs: containers
+removed by label, temporary directories deleted), and every child process is
+started with :func:`spawn` in a process group of its own, which
+:func:`end_group` ends as a whole; whatever group is still registered when the
+command returns is killed there. With ``setpriv`` on the machine, children
+also get SIGKILL if this process dies without any chance to clean up.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
+import shutil
+import signal
+import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BENCHES", "run_bench_cli"]
+__all__ = ["BENCHES", "end_group", "run_bench_cli", "spawn"]
+
+# Process groups (= leader pids) started by spawn() and not yet ended.
+_GROUPS: set[int] = set()
+
+
+async def spawn(*cmd: str, **kwargs: Any) -> asyncio.subprocess.Process:
+    """Start ``cmd`` as the leader of a new process group (session), registered
+    for :func:`end_group` and the last-resort kill at exit."""
+    argv = list(cmd)
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None:
+        # Dies with us even if we are SIGKILLed (no finally runs then).
+        argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
+    proc = await asyncio.create_subprocess_exec(*argv, start_new_session=True, **kwargs)
+    _GROUPS.add(proc.pid)
+    return proc
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pid reused by someone else's group: not ours any more
+        return False
+    return True
+
+
+async def end_group(proc: asyncio.subprocess.Process, *, sig: int = signal.SIGTERM, grace_s: float = 10.0) -> int:
+    """Send ``sig`` to the whole group of ``proc``, wait up to ``grace_s`` for the
+    leader, then SIGKILL whatever is left of the group; returns the exit code."""
+    pgid = proc.pid
+    try:
+        if proc.returncode is None:
+            _signal_group(pgid, sig)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), grace_s)
+        # Members the leader left behind (or the leader itself, if it did not stop).
+        _signal_group(pgid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        return await proc.wait()
+    finally:
+        _GROUPS.discard(pgid)
+
+
+def kill_groups() -> None:
+    """SIGKILL every group :func:`spawn` started that was not ended (the last resort)."""
+    for pgid in list(_GROUPS):
+        _signal_group(pgid, signal.SIGKILL)
+        _GROUPS.discard(pgid)
 
 
 def _scheduler(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
@@ -21,19 +86,21 @@ def _scheduler(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
 def _daemon(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     from sclated.bench._daemon import bench_daemon
 
-    return bench_daemon(runs=args.runs, turn_ms=args.turn_ms)
+    runs = args.runs if args.runs is not None else (20 if args.quick else 1000)
+    return bench_daemon(runs=runs, turn_ms=args.turn_ms, days=1 if args.quick else 2)
 
 
 def _sandbox(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     from sclated.runtime._bench import bench_sandbox
 
-    return bench_sandbox()
+    rounds = args.rounds if args.rounds is not None else (3 if args.quick else 20)
+    return bench_sandbox(rounds=rounds, quick=args.quick)
 
 
 def _proxy(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     from sclated.bench._proxy import bench_proxy
 
-    return bench_proxy(quick=args.quick)
+    return bench_proxy(quick=args.quick, with_model=not args.no_model, in_sandbox=not args.no_sandbox)
 
 
 async def _e2e_bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,7 +162,12 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog=f"sclate bench {which}")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
-    p.add_argument("--runs", type=int, default=1000, help="daemon: concurrent runs")
+    p.add_argument("--runs", type=int, default=None, help="daemon: concurrent runs (default 1000; 20 with --quick)")
+    p.add_argument(
+        "--rounds", type=int, default=None, help="sandbox: start rounds, ours and raw Docker alternating (default 20)"
+    )
+    p.add_argument("--no-model", action="store_true", help="proxy: skip the embedded model (echo upstream only)")
+    p.add_argument("--no-sandbox", action="store_true", help="proxy: skip the in-sandbox measurement")
     p.add_argument(
         "--turn-ms", type=int, default=1000, help="daemon: the scripted agent's busy time per turn (a fast model call)"
     )
@@ -108,8 +180,38 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
         return 2
     import uvloop
 
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        result: dict[str, Any] = runner.run(bench(args))
+    got: list[int] = []
+
+    async def main() -> dict[str, Any]:
+        # SIGINT and SIGTERM cancel the benchmark, so its finally blocks clean up;
+        # a second signal while it cleans up is noted, not obeyed.
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+
+        def on_signal(sig: int) -> None:
+            if not got:
+                print(f"sclate bench {which}: {signal.Signals(sig).name}, cleaning up", file=sys.stderr, flush=True)
+                task.cancel()
+            got.append(sig)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            return await bench(args)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            result: dict[str, Any] = runner.run(main())
+    except asyncio.CancelledError:
+        if not got:
+            raise
+        return 128 + got[0]
+    finally:
+        kill_groups()
     if args.json:
         print(json.dumps(result))
     else:

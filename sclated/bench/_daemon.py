@@ -4,11 +4,16 @@ WatchRun stream on each, and the latency of API calls made meanwhile.
 ``api_latency_ms_*`` covers every unary call the benchmark makes (CreateRun,
 GetRun, ListRuns) while the runs execute; creates are issued with bounded
 concurrency, as a fleet of clients would, not as one burst of N.
+
+The daemon and the probe client run in process groups of their own, ended as
+a whole when the benchmark ends, fails or is interrupted; the state directory
+is a TemporaryDirectory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -23,13 +28,19 @@ import grpc
 from sclate.v1 import sclate_pb2 as pb
 from sclate.v1 import sclate_pb2_grpc as pb_grpc
 
+from sclated.bench._cli import end_group, spawn
+
 __all__ = ["bench_daemon", "start_daemon_process"]
 
 
 async def start_daemon_process(
     state_dir: Path, *extra: str, timeout_s: float = 30.0
 ) -> tuple[asyncio.subprocess.Process, dict[str, Any]]:
-    """Start `sclated` on a free port and wait for its ready file."""
+    """Start `sclated` on a free port and wait for its ready file.
+
+    The daemon leads a process group of its own (its children, such as the
+    embedded model, are in it); end it with :func:`~sclated.bench._cli.end_group`,
+    or SIGTERM and wait. If it does not become ready, the group is ended here."""
     state_dir.mkdir(parents=True, exist_ok=True)
     ready = state_dir / "ready.json"
     ready.unlink(missing_ok=True)
@@ -37,7 +48,7 @@ async def start_daemon_process(
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sclated"]
     log = open(state_dir / "sclated.log", "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await spawn(
             *cmd,
             "--listen",
             "127.0.0.1:0",
@@ -51,13 +62,17 @@ async def start_daemon_process(
         )
     finally:
         log.close()
-    deadline = time.monotonic() + timeout_s
-    while not ready.exists():
-        if proc.returncode is not None or time.monotonic() > deadline:
-            tail = (state_dir / "sclated.log").read_text()[-2000:]
-            raise RuntimeError(f"sclated did not become ready (exit {proc.returncode}):\n{tail}")
-        await asyncio.sleep(0.05)
-    return proc, json.loads(ready.read_text())
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready.exists():
+            if proc.returncode is not None or time.monotonic() > deadline:
+                tail = (state_dir / "sclated.log").read_text()[-2000:]
+                raise RuntimeError(f"sclated did not become ready (exit {proc.returncode}):\n{tail}")
+            await asyncio.sleep(0.05)
+        return proc, json.loads(ready.read_text())
+    except BaseException:
+        await asyncio.shield(end_group(proc, grace_s=5))
+        raise
 
 
 def _rss_mb(pid: int) -> tuple[float, float]:
@@ -95,7 +110,11 @@ async def bench_daemon(
             "warning",
             # The benchmark measures the API and the run loops, not plotting.
             "--no-reports",
+            # Interrupted mid-benchmark, runs need not finish: shut down promptly.
+            "--drain-grace-s",
+            "2",
         )
+        probe_proc: asyncio.subprocess.Process | None = None
         try:
             async with grpc.aio.insecure_channel(ready["tcp"]) as channel:
                 stub = pb_grpc.SclateStub(channel)
@@ -122,7 +141,7 @@ async def bench_daemon(
 
                 stop_probe = asyncio.Event()
                 stop_file, probe_out = Path(tmp) / "probe.stop", Path(tmp) / "probe.json"
-                probe_proc = await asyncio.create_subprocess_exec(
+                probe_proc = await spawn(
                     sys.executable,
                     "-m",
                     "sclated.bench._probe",
@@ -151,8 +170,11 @@ async def bench_daemon(
                 rss_now, rss_peak = _rss_mb(proc.pid)
                 succeeded = sum(1 for s in final_states.values() if s == pb.SUCCEEDED)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            code = await proc.wait()
+            # Shielded: an interrupt must not cut the daemon's shutdown short.
+            if probe_proc is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(end_group(probe_proc, grace_s=2))
+            code = await asyncio.shield(end_group(proc, sig=signal.SIGTERM, grace_s=30))
     lat = sorted(x for xs in probe_lat.values() for x in xs)
     own = sorted(latencies)
     return {

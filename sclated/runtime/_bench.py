@@ -2,15 +2,19 @@
 
 Figures (all measured in the same process against the local engine):
 
-* ``create_start_ms_p50``: SandboxManager.create (directory layout, time file,
-  hardened labelled container, start) without the time probe.
+* ``create_start_probe_ms_p50``: a sandbox as a run starts one: SandboxManager.create
+  (directory layout, time file, hardened labelled container, start) and the
+  start-up time probe (simulated time checked inside: date and Python, a 3-day
+  jump); ``create_start_ms_p50`` and ``time_probe_ms_p50`` are its two parts.
 * ``raw_docker_run_ms_p50``: the same image created and started through the raw
-  engine API with a minimal config and the same network mode (none), interleaved
-  with the above so both see the same machine load. ``ratio`` = the two p50s.
+  engine API with a minimal config and the same network mode (none), in
+  alternating order with the above (ABBA over ``rounds`` rounds, default 20) so
+  both see the same machine load. ``ratio_with_probe`` and ``ratio`` = the p50s
+  with and without the probe over this one.
   ``raw_docker_run_bridge_ms_p50``: the same with the engine's default network
   (what a bare ``docker run`` does; a veth pair makes it slower).
 * ``time_probe_ms_p50``: the start-up time probe alone (date, Python, 3-day jump).
-* ``concurrent_20_s``: 20 sandboxes created and started at once.
+* ``concurrent_20_s``: 20 sandboxes created and started at once (4 with ``quick``).
 * ``snapshot_s`` / ``restore_s``: with 100 MB of state in /workspace.
 * ``time_publish_ms_p50`` / ``_max``: from publish_time to a long-running process
   inside reporting the new time.
@@ -21,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
-import shutil
 import statistics
 import sys
 import tempfile
@@ -34,7 +38,7 @@ from sclated.errors import SclateError
 from sclated.runtime._docker import DockerRuntime
 from sclated.runtime._images import build_all, image_ref
 from sclated.runtime._sandbox import Sandbox, SandboxManager
-from sclated.runtime._snapshot import restore, snapshot
+from sclated.runtime._snapshot import SNAPSHOT_REPO, restore, snapshot
 from sclated.runtime._spec import LABEL_DAEMON, Limits
 
 __all__ = ["bench_sandbox", "measure_publish_latency"]
@@ -117,89 +121,147 @@ async def _raw_create_start(rt: DockerRuntime, image: str, label: str, network: 
     return (time.perf_counter() - t0) * 1000, container.id
 
 
-async def bench_sandbox(rounds: int = 10, jumps: int = 20) -> dict[str, float]:
-    """Run the benchmark; every container and snapshot image it makes is removed."""
-    await build_all()
+async def _timed_create(
+    manager: SandboxManager, spec: Any, run_dir: Path, *, probe: bool
+) -> tuple[Sandbox, float, float]:
+    """``manager.create`` as a run calls it (start, then the time probe), timed in
+    two parts: ms to a started container, ms of the probe (0 without it)."""
+    t0 = time.perf_counter()
+    sb = await manager.create(spec, run_dir, sim_ns=_SIM_START_NS, probe=False)
+    t1 = time.perf_counter()
+    if probe:
+        try:
+            await sb.probe_time()
+        except BaseException:
+            with contextlib.suppress(SclateError):
+                await asyncio.shield(sb.remove())
+            raise
+    t2 = time.perf_counter()
+    return sb, (t1 - t0) * 1000, (t2 - t1) * 1000
+
+
+async def bench_sandbox(rounds: int = 20, jumps: int = 20, *, quick: bool = False) -> dict[str, Any]:
+    """Run the benchmark; every container, snapshot image and temporary directory it
+    makes is removed, also when it fails or is cancelled (SIGINT/SIGTERM in the CLI).
+
+    Containers carry the label ``sclate.daemon=bench-<pid>-<random>``; they are
+    removed by that label at the end. ``quick``: fewer jumps, 4 concurrent
+    sandboxes instead of 20, 10 MB of state instead of 100 MB."""
+    if rounds < 1:
+        raise SclateError(f"rounds must be >= 1, not {rounds}")
+    concurrent = 4 if quick else 20
+    state_mb = 10 if quick else 100
+    jumps = min(jumps, 5) if quick else jumps
+    await build_all(names=["sclate-sandbox"])
     image = await image_ref("sclate-sandbox")
-    daemon = f"bench-{secrets.token_hex(4)}"
+    daemon = f"bench-{os.getpid()}-{secrets.token_hex(3)}"
+    snap_run = f"snap-{daemon}"
     rt = await DockerRuntime.connect(daemon)
     manager = SandboxManager(rt)
-    tmp = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="sc-bench-"))
     limits = Limits(memory_bytes=512 << 20, pids=256)
-    result: dict[str, Any] = {}
-    snap_image: str | None = None
-    try:
+    result: dict[str, Any] = {"quick": quick, "rounds": rounds}
+    # The directory goes last, after the containers that mount parts of it.
+    with tempfile.TemporaryDirectory(prefix="sc-bench-") as tmp_s:
+        try:
+            tmp = Path(tmp_s)
 
-        def spec(run: str) -> Any:
-            return manager.spec_for(image=image, run=run, tenant="bench", run_dir=tmp / run, limits=limits)
+            def spec(run: str) -> Any:
+                return manager.spec_for(image=image, run=run, tenant="bench", run_dir=tmp / run, limits=limits)
 
-        # Warm the engine's caches for both paths before timing anything.
-        warm = await manager.create(spec("warm"), tmp / "warm", sim_ns=_SIM_START_NS, probe=False)
-        await warm.remove()
-        _, raw_id = await _raw_create_start(rt, image, daemon)
-        await rt.remove(raw_id)
+            # Warm the engine's caches for both paths before timing anything.
+            warm = await manager.create(spec("warm"), tmp / "warm", sim_ns=_SIM_START_NS, probe=True)
+            await warm.remove()
+            _, raw_id = await _raw_create_start(rt, image, daemon)
+            await rt.remove(raw_id)
 
-        ours: list[float] = []
-        raw: list[float] = []
-        raw_bridge: list[float] = []
-        probes: list[float] = []
-        for i in range(rounds):
+            ours: list[float] = []
+            probes: list[float] = []
+            with_probe: list[float] = []
+            raw: list[float] = []
+            raw_bridge: list[float] = []
+
+            async def one_ours(i: int) -> None:
+                sb, start_ms, probe_ms = await _timed_create(manager, spec(f"r{i}"), tmp / f"r{i}", probe=True)
+                ours.append(start_ms)
+                probes.append(probe_ms)
+                with_probe.append(start_ms + probe_ms)
+                await sb.remove()
+
+            async def one_raw(i: int) -> None:
+                ms, raw_id = await _raw_create_start(rt, image, daemon, "none")
+                raw.append(ms)
+                await rt.remove(raw_id)
+
+            async def one_raw_bridge(i: int) -> None:
+                ms, raw_id = await _raw_create_start(rt, image, daemon)
+                raw_bridge.append(ms)
+                await rt.remove(raw_id)
+
+            # Alternating order (ABBA): a drift in machine load favours no side.
+            steps = [one_ours, one_raw, one_raw_bridge]
+            for i in range(rounds):
+                for step in steps if i % 2 == 0 else reversed(steps):
+                    await step(i)
+            result["create_start_probe_ms_p50"] = statistics.median(with_probe)
+            result["create_start_probe_ms_p90"] = _p90(with_probe)
+            result["create_start_ms_p50"] = statistics.median(ours)
+            result["time_probe_ms_p50"] = statistics.median(probes)
+            result["raw_docker_run_ms_p50"] = statistics.median(raw)
+            result["raw_docker_run_ms_p90"] = _p90(raw)
+            result["raw_docker_run_bridge_ms_p50"] = statistics.median(raw_bridge)
+            result["ratio_with_probe"] = result["create_start_probe_ms_p50"] / result["raw_docker_run_ms_p50"]
+            result["ratio"] = result["create_start_ms_p50"] / result["raw_docker_run_ms_p50"]
+
             t0 = time.perf_counter()
-            sb = await manager.create(spec(f"r{i}"), tmp / f"r{i}", sim_ns=_SIM_START_NS,
-                                      probe=False)  # fmt: skip
-            ours.append((time.perf_counter() - t0) * 1000)
-            t1 = time.perf_counter()
-            await sb.probe_time()
-            probes.append((time.perf_counter() - t1) * 1000)
+            many = await asyncio.gather(
+                *(
+                    manager.create(spec(f"c{i}"), tmp / f"c{i}", sim_ns=_SIM_START_NS, probe=False)
+                    for i in range(concurrent)
+                )
+            )
+            result[f"concurrent_{concurrent}_s"] = time.perf_counter() - t0
+            await asyncio.gather(*(sb.remove() for sb in many))
+
+            sb = await manager.create(spec(snap_run), tmp / snap_run, sim_ns=_SIM_START_NS, probe=False)
+            fill = await sb.sh(f"head -c {state_mb}M /dev/urandom > /workspace/state.bin && sync", timeout_s=120)
+            if not fill.ok:
+                raise SclateError(f"could not write the {state_mb} MB state: {fill.stderr!r}")
+            t0 = time.perf_counter()
+            info = await snapshot(rt, sb.info, tmp / "snapshots" / "1")
+            result["snapshot_s"] = time.perf_counter() - t0
+            result["snapshot_state_mb"] = state_mb
+            result["snapshot_pause_ms"] = info.pause_ms
             await sb.remove()
-            ms, raw_id = await _raw_create_start(rt, image, daemon, "none")
-            raw.append(ms)
-            await rt.remove(raw_id)
-            ms, raw_id = await _raw_create_start(rt, image, daemon)
-            raw_bridge.append(ms)
-            await rt.remove(raw_id)
-        result["create_start_ms_p50"] = statistics.median(ours)
-        result["raw_docker_run_ms_p50"] = statistics.median(raw)
-        result["raw_docker_run_bridge_ms_p50"] = statistics.median(raw_bridge)
-        result["ratio"] = result["create_start_ms_p50"] / result["raw_docker_run_ms_p50"]
-        result["time_probe_ms_p50"] = statistics.median(probes)
+            t0 = time.perf_counter()
+            restored = await restore(rt, info, sb.spec)
+            result["restore_s"] = time.perf_counter() - t0
+            await rt.remove(restored.id)
 
-        t0 = time.perf_counter()
-        many = await asyncio.gather(
-            *(manager.create(spec(f"c{i}"), tmp / f"c{i}", sim_ns=_SIM_START_NS, probe=False) for i in range(20))
-        )
-        result["concurrent_20_s"] = time.perf_counter() - t0
-        await asyncio.gather(*(sb.remove() for sb in many))
+            sb = await manager.create(spec("pub"), tmp / "pub", sim_ns=_SIM_START_NS, probe=False)
+            latencies = await measure_publish_latency(sb, jumps)
+            result["time_publish_ms_p50"] = statistics.median(latencies)
+            result["time_publish_ms_max"] = max(latencies)
+            await sb.remove()
+        finally:
+            # Shielded: a second interrupt must not leave containers or images behind.
+            await asyncio.shield(_cleanup(rt, daemon, snap_run))
+    return {k: round(float(v), 3) if isinstance(v, float) else v for k, v in result.items()}
 
-        sb = await manager.create(spec("snap"), tmp / "snap", sim_ns=_SIM_START_NS, probe=False)
-        fill = await sb.sh("head -c 100M /dev/urandom > /workspace/state.bin && sync",
-                           timeout_s=120)  # fmt: skip
-        if not fill.ok:
-            raise SclateError(f"could not write the 100 MB state: {fill.stderr!r}")
-        t0 = time.perf_counter()
-        info = await snapshot(rt, sb.info, tmp / "snapshots" / "1")
-        result["snapshot_s"] = time.perf_counter() - t0
-        snap_image = info.image
-        result["snapshot_pause_ms"] = info.pause_ms
-        await sb.remove()
-        t0 = time.perf_counter()
-        restored = await restore(rt, info, sb.spec)
-        result["restore_s"] = time.perf_counter() - t0
-        await rt.remove(restored.id)
 
-        sb = await manager.create(spec("pub"), tmp / "pub", sim_ns=_SIM_START_NS, probe=False)
-        latencies = await measure_publish_latency(sb, jumps)
-        result["time_publish_ms_p50"] = statistics.median(latencies)
-        result["time_publish_ms_max"] = max(latencies)
-        await sb.remove()
-    finally:
+def _p90(values: list[float]) -> float:
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=10, method="inclusive")[-1]
+
+
+async def _cleanup(rt: DockerRuntime, daemon: str, snap_run: str) -> None:
+    try:
         await rt.reap(daemon, keep=set())
-        if snap_image is not None:
+        for ref in await rt.image_tags(f"{SNAPSHOT_REPO}:{snap_run}-*"):
             with contextlib.suppress(SclateError):
-                await rt.remove_image(snap_image)
+                await rt.remove_image(ref)
+    finally:
         await rt.close()
-        await asyncio.to_thread(shutil.rmtree, tmp, True)
-    return {k: round(float(v), 3) for k, v in result.items()}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ HEADLINE = (
     "sse_added_ms_per_chunk_p50",
     "sse_transit_added_ms_per_chunk_p50",
     "plain_mitm_added_ms_p50",
+    "addon_ms_p50",
+    "bare_ms_p50",
+    "sse_request_added_ms_p50",
+    "sse_addon_transit_ms_per_chunk_p50",
     "echo_direct_ms_p50",
     "echo_proxied_ms_p50",
     "echo_added_ms_p50",
@@ -48,22 +52,25 @@ def _check_common(out: dict[str, Any]) -> None:
 
 
 async def test_quick_bench_against_the_echo_upstream() -> None:
-    out = await bench_proxy(calls=6, quick=True, with_model=False)
+    out = await bench_proxy(calls=6, quick=True, with_model=False, in_sandbox=False)
     _check_common(out)
-    # 3 warm-up + 6 measured pairs, then 1 warm-up + 2 measured streams.
-    assert out["calls_sent"] == 9 + 3
-    assert not any(k.startswith("model_") for k in out)
+    # 3 warm-up + 6 measured rounds, 1 warm-up + 2 measured streams, then the
+    # idle rounds (3 warm-up + at least 10).
+    assert out["calls_sent"] == 9 + 3 + 13
+    assert not any(k.startswith(("model_", "sandbox_")) for k in out)
+    # The figures side by side: addon over bare, bare over direct.
+    assert out["plain_mitm_added_ms_p50"] == out["bare_ms_p50"]
 
 
 @pytest.mark.model
 async def test_quick_bench_with_the_embedded_model() -> None:
-    out = await bench_proxy(quick=True)
+    out = await bench_proxy(quick=True, in_sandbox=False)
     _check_common(out)
     for key in ("model_direct_ms_p50", "model_proxied_ms_p50", "model_added_ms_p50"):
         assert isinstance(out[key], float), key
     assert out["model_name"]
-    # 12 echo pairs + 3 streams + 3 model pairs, each with their warm-ups.
-    assert out["calls_sent"] == (3 + 12) + (1 + 2) + (3 + 3)
+    # 12 echo rounds + 3 streams + 13 idle rounds + 3 model pairs, each with their warm-ups.
+    assert out["calls_sent"] == (3 + 12) + (1 + 2) + (3 + 10) + (3 + 3)
 
 
 def test_wired_into_the_cli() -> None:
