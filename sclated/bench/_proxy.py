@@ -15,7 +15,7 @@ every path alike); figures are medians of per-round differences:
   streaming path, with nothing of ours in it;
 - ``addon``: mitmdump with ``proxy_addons/capture.py`` (role ``agent``), whose
   control socket is served here by the daemon's own
-  :class:`~sclated.runs._control.ControlServer`, :class:`~sclated.capture.CaptureSink`
+  ``ControlServer``, :class:`~sclated.capture.CaptureSink`
   and a real :class:`~sclated.clock.LeaseTable`.
 
 The client is a small stdlib script, a process of its own as an agent is: on
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import secrets
@@ -57,7 +58,6 @@ from aiohttp import web
 from sclated.bench._cli import end_group, spawn
 from sclated.capture import CaptureSink, MemoryRecordStore
 from sclated.clock import LeaseTable
-from sclated.runs._control import ControlServer
 
 __all__ = ["bench_proxy"]
 
@@ -108,11 +108,29 @@ _NOTES = (
     "bare_stream transit (the addon's tee per chunk). plain_mitm_sse_added_ms_per_chunk_p50 is bare "
     "(buffering) mitmdump: without a stream setting it holds a whole event stream. model_* are direct "
     "against addon for the embedded llama.cpp model (max_tokens 8, temperature 0), where model time "
-    "dominates; model_pairs < calls: model calls take ~100x longer."
+    "dominates; model_pairs < calls: model calls take ~100x longer. Found with sandbox_*: under "
+    "libfaketime any second Python thread in the proxy (the addon's spool writes used asyncio.to_thread) "
+    "made the GIL hand-off spin: 166 ms added and 225 ms of CPU per call back to back in a sandbox, "
+    "3-5 ms without the threads; the addon uses none now."
 )
 
 
 # -- the control socket the addon talks to ---------------------------------------------
+
+
+def _production(name: str) -> Any:
+    """The daemon's own ``ControlServer``, ``mitmdump_command`` or ``ROLE_PORTS``,
+    from the sandbox package or, before it, the sandboxed harness's module."""
+    for module, attr in (
+        ("sclated.sandbox", name),
+        ("sclated.runs._control", name),
+        ("sclated.runs._sandboxed", {"mitmdump_command": "_mitmdump_command", "ROLE_PORTS": "AGENT_PORTS"}.get(name)),
+    ):
+        with contextlib.suppress(ImportError):
+            found = getattr(importlib.import_module(module), attr or name, None)
+            if found is not None:
+                return found
+    raise ImportError(f"no {name} in sclated.sandbox or sclated.runs")
 
 
 class _Capture:
@@ -129,7 +147,7 @@ class _Capture:
         self.start_ns: list[int] = []
         self.errors: list[str] = []
         self._changed = asyncio.Event()
-        self.server = ControlServer(
+        self.server: Any = _production("ControlServer")(
             path,
             {
                 "hello": self._hello,
@@ -687,7 +705,6 @@ for port in map(int, sys.argv[1:]):
 
 
 async def _in_sandbox(tmp: Path, echo_url: str, calls: int, streams: int, secret: str) -> dict[str, Any]:
-    from sclated.runs._sandboxed import AGENT_PORTS, _mitmdump_command
     from sclated.runtime import DockerRuntime, Limits, ModelBridge, SandboxManager, build_all, image_ref
     from sclated.runtime._sandbox import Sandbox
 
@@ -706,6 +723,7 @@ async def _in_sandbox(tmp: Path, echo_url: str, calls: int, streams: int, secret
     try:
         await capture.server.start()
         await bridge.start()
+        proxy_cmd = _production("mitmdump_command")()
         spec = manager.spec_for(
             image=image,
             run=RUN,
@@ -714,7 +732,8 @@ async def _in_sandbox(tmp: Path, echo_url: str, calls: int, streams: int, secret
             env={"SCLATE_RUN_SECRET": secret, "SCLATE_SPOOL": "/var/spool/sclate"},
             # A run's defaults (SandboxedHarness without resources): 2 GiB, one CPU.
             limits=Limits(memory_bytes=2 << 30, nano_cpus=1_000_000_000, pids=512),
-            command=["sh", "-c", f"{_mitmdump_command()} >/var/log/sclate-proxy.log 2>&1 & exec sleep infinity"],
+            # As a run's sandbox starts it: the production command, the container's main process.
+            command=["sh", "-c", f"{proxy_cmd} >/var/log/sclate-proxy.log 2>&1 & exec sleep infinity"],
         )
         sb: Sandbox = await manager.create(spec, run_dir, sim_ns=_SIM_START_NS, probe=False)
         bare = "mitmdump -q --set connection_strategy=lazy"
@@ -729,7 +748,7 @@ async def _in_sandbox(tmp: Path, echo_url: str, calls: int, streams: int, secret
         )
         if not started.ok:
             raise RuntimeError(f"could not start the bare mitmdumps: {started.stderr!r}")
-        agent = AGENT_PORTS["agent"]
+        agent = int(_production("ROLE_PORTS")["agent"])
         ports = [_FORWARDER_PORT, agent, _BARE_PORT, _BARE_STREAM_PORT]
         up = await sb.exec(["python3", "-c", _WAIT_PORTS, *map(str, ports)], timeout_s=60)
         if not up.ok:
