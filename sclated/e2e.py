@@ -22,8 +22,8 @@ from typing import Any
 
 import grpc
 from sclate._json import message_to_json
-from sclate.v1 import sclate_pb2 as pb
-from sclate.v1 import sclate_pb2_grpc as pb_grpc
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 __all__ = ["DemoFailed", "demo_problems", "run_demo_cli", "run_e2e"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
-from sclate.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2 as pb
 
 from sclated.errors import InvalidArgument
 from sclated.runs import RunSpec, RunView

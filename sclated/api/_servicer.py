@@ -11,8 +11,8 @@ from typing import BinaryIO
 
 import grpc
 from google.protobuf import empty_pb2
-from sclate.v1 import sclate_pb2 as pb
-from sclate.v1 import sclate_pb2_grpc as pb_grpc
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.api._auth import current_tenant
 from sclated.api._convert import event_to_proto, run_spec_from_proto, run_to_proto, snapshot_to_proto

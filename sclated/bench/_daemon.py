@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from sclate.v1 import sclate_pb2 as pb
-from sclate.v1 import sclate_pb2_grpc as pb_grpc
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench._cli import end_group, spawn
 

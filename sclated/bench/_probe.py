@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import grpc
-from sclate.v1 import sclate_pb2 as pb
-from sclate.v1 import sclate_pb2_grpc as pb_grpc
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 
 async def probe(addr: str, stop: Path, out: Path) -> None:

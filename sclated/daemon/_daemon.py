@@ -24,7 +24,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
-from sclate.v1 import sclate_pb2, sclate_pb2_grpc
+from sclate_api.v1 import sclate_pb2, sclate_pb2_grpc
 
 from adapters import JudgeReply
 from sclated.api._auth import TokenTable

@@ -9,8 +9,8 @@ from typing import Any
 
 import grpc
 import pytest
-from sclate.v1 import sclate_pb2 as pb
-from sclate.v1 import sclate_pb2_grpc as pb_grpc
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.daemon import Daemon, DaemonConfig
 

@@ -8,7 +8,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from sclate.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2 as pb
 
 from tests.api.conftest import Api, synthetic_request
 
@@ -219,7 +219,7 @@ async def test_admission_keeps_extra_runs_pending_in_order(tmp_path: object) -> 
     await d.start()
     try:
         async with grpc.aio.insecure_channel(d.tcp_address or "") as ch:
-            from sclate.v1 import sclate_pb2_grpc as pb_grpc
+            from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
             stub = pb_grpc.SclateStub(ch)
             runs = [

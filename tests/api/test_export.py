@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from sclate import cli
-from sclate.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2 as pb
 
 from sclated.api import LOCAL_TENANT
 from sclated.api._servicer import EXPORT_CHUNK_BYTES

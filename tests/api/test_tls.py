@@ -10,8 +10,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from sclate.v1 import sclate_pb2 as pb
-from sclate.v1 import sclate_pb2_grpc as pb_grpc
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.daemon import Daemon, DaemonConfig
 

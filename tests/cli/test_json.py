@@ -8,7 +8,7 @@ from typing import Any
 
 from google.protobuf import json_format
 from sclate._json import message_to_json
-from sclate.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2 as pb
 
 
 def _as_a_script_sees_it(msg: Any) -> Any:

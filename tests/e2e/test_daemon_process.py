@@ -13,8 +13,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from sclate.v1 import sclate_pb2 as pb
-from sclate.v1 import sclate_pb2_grpc as pb_grpc
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench._daemon import start_daemon_process
 from tests.api.conftest import synthetic_request

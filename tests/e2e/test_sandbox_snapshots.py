@@ -14,8 +14,8 @@ from typing import Any
 import aiodocker
 import grpc
 import pytest
-from sclate.v1 import sclate_pb2 as pb
-from sclate.v1 import sclate_pb2_grpc as pb_grpc
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench._daemon import start_daemon_process
 

@@ -39,8 +39,7 @@ class Client:
 
     def __init__(self, endpoint: str, token: str | None, tls_ca: Path | None = None) -> None:
         import grpc
-
-        from sclate.v1 import sclate_pb2_grpc
+        from sclate_api.v1 import sclate_pb2_grpc
 
         self._grpc = grpc
         if tls_ca is not None:
@@ -117,13 +116,13 @@ def _run_name(name: str) -> str:
 
 
 def _state_name(value: int) -> str:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     return str(pb.State.Name(value))
 
 
 def cmd_runs_create(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     run = pb.Run(
         benchmark=pb.BenchmarkSpec(
@@ -163,7 +162,7 @@ def cmd_runs_create(args: argparse.Namespace, client: Client) -> int:
 
 
 def _wait(client: Client, name: str, output: str) -> Any:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     if output == "json":
         for _ in client.stream("WatchRun", pb.WatchRunRequest(name=name)):
@@ -246,14 +245,14 @@ def _show_run(run: Any, output: str) -> None:
 
 
 def cmd_runs_get(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     _show_run(client.call("GetRun", pb.GetRunRequest(name=_run_name(args.name))), args.output)
     return 0
 
 
 def cmd_runs_list(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     runs: list[Any] = []
     token = ""
@@ -310,7 +309,7 @@ def _event_line(ev: Any) -> str:
 
 
 def cmd_runs_watch(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     for ev in client.stream("WatchRun", pb.WatchRunRequest(name=_run_name(args.name), after_seq=args.after_seq)):
         if args.output == "json":
@@ -340,7 +339,7 @@ def write_atomic(out: Path, chunks: Iterator[bytes]) -> None:
 
 
 def cmd_runs_export(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     req = pb.ExportTrajectoriesRequest(run=_run_name(args.name), format=args.format, trainable_roles=args.role or [])
     rows = 0
@@ -357,7 +356,7 @@ def cmd_runs_export(args: argparse.Namespace, client: Client) -> int:
 
 
 def cmd_runs_trajectories(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     req = pb.StreamTrajectoriesRequest(run=_run_name(args.name), trainable_roles=args.role or [])
     for t in client.stream("StreamTrajectories", req):
@@ -403,7 +402,7 @@ def _show_snapshots(snaps: Sequence[Any], output: str) -> None:
 
 
 def cmd_runs_snapshot(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     snap = client.call(
         "SaveSnapshot",
@@ -415,7 +414,7 @@ def cmd_runs_snapshot(args: argparse.Namespace, client: Client) -> int:
 
 
 def cmd_runs_snapshots(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     resp = client.call("ListSnapshots", pb.ListSnapshotsRequest(run=_run_name(args.name)))
     _show_snapshots(list(resp.snapshots), args.output)
@@ -423,7 +422,7 @@ def cmd_runs_snapshots(args: argparse.Namespace, client: Client) -> int:
 
 
 def cmd_runs_restore(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     labels: dict[str, str] = {}
     for item in args.label or ():
@@ -463,7 +462,7 @@ def _add_snapshot_commands(runs: Any) -> None:
 
 def _simple(method: str, request_cls: str) -> Callable[[argparse.Namespace, Client], int]:
     def run(args: argparse.Namespace, client: Client) -> int:
-        from sclate.v1 import sclate_pb2 as pb
+        from sclate_api.v1 import sclate_pb2 as pb
 
         resp = client.call(method, getattr(pb, request_cls)(name=_run_name(args.name)))
         if method == "DeleteRun":
@@ -476,7 +475,7 @@ def _simple(method: str, request_cls: str) -> Callable[[argparse.Namespace, Clie
 
 
 def cmd_benchmarks_list(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     resp = client.call("ListBenchmarks", pb.ListBenchmarksRequest())
     if args.output == "json":
@@ -488,7 +487,7 @@ def cmd_benchmarks_list(args: argparse.Namespace, client: Client) -> int:
 
 
 def cmd_agents_list(args: argparse.Namespace, client: Client) -> int:
-    from sclate.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2 as pb
 
     resp = client.call("ListAgents", pb.ListAgentsRequest())
     if args.output == "json":

@@ -31,7 +31,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16sclate/v1/scla
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sclate.v1.sclate_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sclate_api.v1.sclate_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SCHEDULERSTATS_OVERHEADSENTRY']._loaded_options = None
