@@ -1,16 +1,27 @@
-"""The two adapter interfaces: benchmarks and agents.
+"""The adapter interfaces: benchmarks, agents, and the harness contract.
 
 A benchmark adapter turns upstream task data (unchanged) into event sources on
-simulated time and grades what the agent did. An agent adapter drives one
-harness: sessions, message delivery, turn-end detection, state save/restore,
-and the harness's own routines (crons, consolidation) as event sources.
-Benchmarks and agents never call each other; the run wires both to one
+simulated time and grades what the agent did. An agent is what a run talks
+to (:class:`AgentAdapter`): sessions, message delivery, turn-end detection,
+state save/restore, the harness's own routines (crons, consolidation) as event
+sources, and the facets it declares (a workspace, jobs, files that snapshots
+keep). Benchmarks and agents never call each other; the run wires both to one
 scheduler.
+
+Unmodified harnesses (the reference harness, OpenClaw, Hermes, Claude Code,
+Codex) implement :class:`SandboxHarness` and declare themselves with a
+:class:`HarnessDeclaration`: their image, the wire APIs they speak, how they
+are pointed at the capture proxy per role, where their state lives, their
+capabilities. The substrate gives them a :class:`SandboxAccess` (commands in
+the sandbox, the proxy's endpoints) and turns them into an agent; nothing of
+the sandbox's wiring is theirs to write. See docs/architecture.md, "How to add
+a harness".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import enum
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,15 +30,30 @@ from sclated.scheduler import DeliverPrompt, EventSource, Grade
 
 __all__ = [
     "AgentAdapter",
+    "AgentEnvironment",
+    "AgentFiles",
     "BenchmarkAdapter",
     "BenchmarkInfo",
+    "Capability",
+    "ExecOutput",
     "GradeContext",
+    "HarnessDeclaration",
+    "InProcessAgent",
+    "Jobs",
     "JudgeReply",
+    "LineChannel",
+    "ProxyEndpoints",
     "RoundInfo",
+    "RunClock",
+    "SandboxAccess",
+    "SandboxHarness",
     "Scenario",
     "ScenarioConfig",
     "TurnResult",
     "Verdict",
+    "WireApi",
+    "Workspace",
+    "missing_capabilities",
 ]
 
 
@@ -137,6 +163,11 @@ class Scenario(Protocol):
         """A directory copied into the agent's workspace before the first session."""
         ...
 
+    @property
+    def requires(self) -> Mapping[Capability, str]:
+        """What the scenario needs of the agent, each with why (the run refuses an agent that lacks one)."""
+        ...
+
     async def grade(self, effect: Grade, ctx: GradeContext) -> Verdict: ...
 
 
@@ -147,11 +178,155 @@ class BenchmarkAdapter(Protocol):
     def load(self, config: ScenarioConfig) -> Scenario: ...
 
 
+class Capability(enum.Enum):
+    """What an agent can do beyond sessions and messages (declared, never probed)."""
+
+    WORKSPACE = "workspace"
+    """Commands and files in the agent's workspace (file checks, seeding a day's files)."""
+    JOBS = "jobs"
+    """The harness's own jobs (crons, heartbeats) run as scheduler events, and commands
+    run as the harness's background work (attributed to the memory role)."""
+    CONSOLIDATE = "consolidate"
+    """Memory consolidation when a benchmark asks for it."""
+    FILE_SNAPSHOTS = "file_snapshots"
+    """Its files (sandbox, memory) are kept by snapshots and branches."""
+    SESSION_STATE = "session_state"
+    """In-process session state is saved and restored with snapshots."""
+    WAIT = "wait"
+    """It can wait in simulated time (``sclate-wait``) instead of sleeping in real time."""
+
+
+def missing_capabilities(needed: Mapping[Capability, str], has: frozenset[Capability]) -> list[str]:
+    """Why an agent cannot run a scenario: one line per capability it lacks (empty: it can)."""
+    return [f"{cap.value} ({why})" for cap, why in needed.items() if cap not in has]
+
+
+# -- what a run gives an agent ------------------------------------------------------------
+
+
+class RunClock(Protocol):
+    """The run's simulated clock as an agent sees it."""
+
+    @property
+    def mode_name(self) -> str:
+        """``hybrid``, ``realtime`` or ``discrete``."""
+        ...
+
+    @property
+    def rate(self) -> float: ...
+
+    def now(self) -> int: ...
+
+    def add_publisher(self, publisher: Callable[[int], Awaitable[None]]) -> None:
+        """Awaited with the new time after every jump, before events at that time are dispatched."""
+        ...
+
+    def remove_publisher(self, publisher: Callable[[int], Awaitable[None]]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEnvironment:
+    """What the run worker hands an agent before its first session (``prepare``)."""
+
+    run_key: str
+    """``tenant/run``: unique in the daemon."""
+    tenant: str
+    run_id: str
+    run_dir: Path | None
+    """The run's files on the daemon's host (None for a run outside a daemon)."""
+    clock: RunClock
+    leases: Any
+    """The run's lease table (sclated.clock.LeaseTable): model calls hold leases."""
+    wait: Callable[[int], Awaitable[int]]
+    """Wait until a simulated time (``sclate-wait``): the current turn, if any, is
+    suspended meanwhile so the clock can jump; returns the time it woke at."""
+    model_base_url: str
+    """Empty: the daemon's embedded model."""
+    model_api: str
+    model_name: str
+    resources: Any
+    """sclated.runs.Resources: memory, CPUs, processes."""
+    workspace_seed: Path | None
+    resume: bool
+    """The run continues after a daemon restart (an existing sandbox is adopted)."""
+    fail_run: Callable[[str], None]
+    """End the run FAILED with this reason (the substrate broke under the agent)."""
+    restore_from: Path | None = None
+    """A snapshot directory the agent starts from (its ``sandbox/`` part)."""
+
+
+# -- the facets an agent may declare ----------------------------------------------------
+
+
+class Workspace(Protocol):
+    """The agent's working files: commands there (grading) and files put there (seeding)."""
+
+    async def exec(self, command: str, *, timeout_s: float = 120.0) -> tuple[int, str]:
+        """Run a shell command in the workspace; (exit code, output tail)."""
+        ...
+
+    async def seed(self, src: Path, dest: str) -> None:
+        """Copy a host directory's contents to ``dest`` in the agent's filesystem."""
+        ...
+
+
+class Jobs(Protocol):
+    """The harness's own background work, run when the scheduler says."""
+
+    async def run_job(self, command: str, *, holder: str, timeout_s: float) -> tuple[int, str]: ...
+
+    async def consolidate(self) -> None:
+        """Consolidate memory now (a benchmark asked); a no-op when the harness's crons do it."""
+        ...
+
+
+class AgentFiles(Protocol):
+    """The agent's files as snapshots keep them (its sandbox, memory and workspace)."""
+
+    async def snapshot(self, dest: Path, *, on_paused: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
+        """Freeze the agent, save its files into ``dest``; returns what a restore needs (JSON)."""
+        ...
+
+    async def check_restorable(self, snapshot_dir: Path) -> None:
+        """NotFound unless the agent can start from ``snapshot_dir``."""
+        ...
+
+    async def discard(self, saved: Mapping[str, Any]) -> None:
+        """Remove what ``snapshot`` made (a snapshot that could not be recorded or was deleted)."""
+        ...
+
+
 class AgentAdapter(Protocol):
-    """Drives one harness instance (in a sandbox, or in-process for tests)."""
+    """What a run talks to: one agent (a sandboxed harness, or an in-process agent)."""
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def capabilities(self) -> frozenset[Capability]: ...
+
+    @property
+    def workspace(self) -> Workspace | None:
+        """Set exactly when ``Capability.WORKSPACE`` is declared."""
+        ...
+
+    @property
+    def jobs(self) -> Jobs | None:
+        """Set exactly when ``Capability.JOBS`` is declared."""
+        ...
+
+    @property
+    def files(self) -> AgentFiles | None:
+        """Set exactly when ``Capability.FILE_SNAPSHOTS`` is declared."""
+        ...
+
+    async def prepare(self, env: AgentEnvironment) -> None:
+        """Get ready before the first session (start the sandbox); a no-op for in-process agents."""
+        ...
+
+    async def close(self, *, keep: bool = False) -> None:
+        """Release everything; ``keep``: leave the sandbox for a resumed run to adopt (daemon shutdown)."""
+        ...
 
     async def start_session(self, session: str) -> None: ...
 
@@ -167,4 +342,182 @@ class AgentAdapter(Protocol):
 
     def routines(self) -> Sequence[EventSource]:
         """The harness's own crons and consolidation jobs, as event sources."""
+        ...
+
+    def capture_report(self) -> Mapping[str, Any] | None:
+        """How its model calls' records were handed over when it closed (None: no capture proxy)."""
+        ...
+
+
+class InProcessAgent:
+    """Defaults for an agent that runs inside the daemon (no sandbox, no capture proxy).
+
+    Subclasses implement ``name``, ``start_session``, ``deliver`` and
+    ``stop_session``; they declare more by overriding ``capabilities`` (and
+    the facet that goes with a capability).
+    """
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return frozenset()
+
+    @property
+    def workspace(self) -> Workspace | None:
+        return None
+
+    @property
+    def jobs(self) -> Jobs | None:
+        return None
+
+    @property
+    def files(self) -> AgentFiles | None:
+        return None
+
+    async def prepare(self, env: AgentEnvironment) -> None:
+        return None
+
+    async def close(self, *, keep: bool = False) -> None:
+        return None
+
+    async def save_state(self, dest: Path) -> None:
+        return None
+
+    async def restore_state(self, src: Path) -> None:
+        return None
+
+    def routines(self) -> Sequence[EventSource]:
+        return ()
+
+    def capture_report(self) -> Mapping[str, Any] | None:
+        return None
+
+
+# -- the harness contract -----------------------------------------------------------------
+
+WireApi = str
+"""``openai_chat``, ``openai_responses`` or ``anthropic_messages``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyEndpoints:
+    """Where a sandboxed harness's model calls go: the capture proxy's listener per role.
+
+    Each is a base URL on the sandbox's loopback (``http://127.0.0.1:4001``);
+    a call is attributed to the role of the listener it arrived on.
+    ``api_key`` is the run's secret key (the proxy puts the real one on).
+    """
+
+    agent: str
+    memory: str
+    aux: str
+    api_key: str
+    model: str
+    """The model name to ask for (what the run's endpoint serves)."""
+    openai_prefix: str = "/v1"
+    """The path an OpenAI-style client puts after the base URL (``OPENAI_BASE_URL``)."""
+
+    def as_role(self, role: str) -> ProxyEndpoints:
+        """The same endpoints with every call going to ``role``'s listener (a memory job)."""
+        url = {"agent": self.agent, "memory": self.memory, "aux": self.aux}[role]
+        return ProxyEndpoints(url, url, url, self.api_key, self.model, self.openai_prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecOutput:
+    exit_code: int
+    output: str
+    """stdout then stderr, decoded, the tail only."""
+
+
+class LineChannel(Protocol):
+    """A process inside the sandbox spoken to line by line (its stdin and stdout)."""
+
+    async def send(self, line: str) -> None: ...
+
+    async def readline(self) -> str:
+        """The next line; "" once the process ended."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class SandboxAccess(Protocol):
+    """What the substrate gives a harness inside its sandbox."""
+
+    @property
+    def endpoints(self) -> ProxyEndpoints: ...
+
+    async def exec(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout_s: float = 120.0
+    ) -> ExecOutput: ...
+
+    async def open_channel(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LineChannel:
+        """Start a long-lived process (the harness itself) with its stdin/stdout attached."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessDeclaration:
+    """Everything the substrate must know about a harness, declared once."""
+
+    name: str
+    description: str
+    image: str
+    """The image recipe its sandbox runs (registered with sclated.runtime)."""
+    wire_apis: frozenset[WireApi]
+    """The model APIs it speaks (the endpoint it is pointed at must serve one)."""
+    capabilities: frozenset[Capability]
+    """Beyond WORKSPACE, JOBS and FILE_SNAPSHOTS, which every sandbox gives."""
+    state_dirs: tuple[str, ...] = ("/workspace", "/memory")
+    """Its session state and memory files: what snapshots and branches keep."""
+    options: frozenset[str] = frozenset()
+    """The run options it accepts (validated by ``SandboxHarness`` construction)."""
+    memory_systems: tuple[str, ...] = ("native",)
+
+
+class SandboxHarness(Protocol):
+    """One run's unmodified harness inside its sandbox (implemented per harness).
+
+    Configuration, environment variables and the proxy are the only levers:
+    ``environment`` points every process of the harness at the capture proxy;
+    ``start`` starts the harness once the sandbox is up (fresh, adopted after a
+    daemon restart, or restored from a snapshot).
+    """
+
+    declaration: HarnessDeclaration
+
+    def environment(self, endpoints: ProxyEndpoints) -> Mapping[str, str]:
+        """Environment variables that point the harness at ``endpoints`` (per role)."""
+        ...
+
+    async def start(self, sandbox: SandboxAccess) -> None: ...
+
+    async def stop(self) -> None:
+        """End the harness's processes (the sandbox is closed after)."""
+        ...
+
+    async def start_session(self, session: str) -> None: ...
+
+    async def deliver(self, prompt: DeliverPrompt) -> TurnResult:
+        """Deliver a message; return when the turn ended (the harness's own end-of-turn signal)."""
+        ...
+
+    async def stop_session(self) -> None: ...
+
+    async def save_state(self, dest: Path) -> None:
+        """Its in-process session state (``Capability.SESSION_STATE``); files are kept with the sandbox."""
+        ...
+
+    async def restore_state(self, src: Path) -> None: ...
+
+    def routines(self) -> Sequence[EventSource]:
+        """Its own crons and heartbeats as scheduler events (run through the one-shot commands)."""
+        ...
+
+    def consolidate_command(self) -> str | None:
+        """A command that consolidates memory now; None when its crons already do it."""
         ...

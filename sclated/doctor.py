@@ -26,9 +26,9 @@ from typing import Any
 
 import aiohttp
 
-from sclated.runs._control import ControlServer
-from sclated.runs._model_service import EmbeddedModel
+from sclated.model import EmbeddedModel
 from sclated.runtime import Check, run_doctor
+from sclated.sandbox import ControlServer
 
 __all__ = ["EMBEDDED_FIX", "check_embedded_model", "check_model", "check_proxy", "run_doctor_cli"]
 

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from adapters._base import BenchmarkInfo, ScenarioConfig
+from adapters import BenchmarkInfo, ScenarioConfig
 from adapters.longmemeval._judge import (
     QUESTION_TYPES,
     anscheck_prompt,

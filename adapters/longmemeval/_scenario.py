@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from adapters._base import GradeContext, RoundInfo, Verdict
+from adapters import Capability, GradeContext, RoundInfo, Verdict
 from adapters.longmemeval._judge import anscheck_prompt, contains_match, exact_match, judge_label
 from sclated.errors import InvalidArgument, NotFound
 from sclated.scheduler import (
@@ -397,6 +397,12 @@ class LongMemEvalScenario:
         if self._source is None:
             self._source = LongMemEvalSource(self.item, consolidate_at=self._consolidate_at)
         return [self._source]
+
+    @property
+    def requires(self) -> Mapping[Capability, str]:
+        if self._consolidate_at is None:
+            return {}
+        return {Capability.CONSOLIDATE: "the memory system is told to consolidate after each simulated day"}
 
     def workspace_seed(self) -> None:
         return None

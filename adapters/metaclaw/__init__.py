@@ -18,7 +18,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from adapters._base import BenchmarkInfo, ScenarioConfig
+from adapters import BenchmarkInfo, ScenarioConfig
 from adapters.metaclaw._data import (
     MetaClawData,
     MetaClawDay,

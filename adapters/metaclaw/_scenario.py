@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters._base import GradeContext, RoundInfo, Verdict
+from adapters import Capability, GradeContext, RoundInfo, Verdict
 from adapters.metaclaw._data import MetaClawData, MetaClawDay, MetaClawRound, is_day_dir
 from adapters.metaclaw._scoring import (
     extract_bbox,
@@ -395,6 +395,10 @@ class MetaClawScenario:
             self._materialize()
             self._source = MetaClawSource(self.data.days, self.timeline, day_data=self._day_hint)
         return [self._source]
+
+    @property
+    def requires(self) -> Mapping[Capability, str]:
+        return {Capability.WORKSPACE: "each day's files are put in the workspace and file_check rounds run there"}
 
     def workspace_seed(self) -> Path | None:
         """Persona files (and checker scripts when present): the workspace root before day one."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from adapters._base import TurnResult
+from adapters import TurnResult
 from sclated.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sclated.scheduler import (
     At,

@@ -14,14 +14,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adapters._base import TurnResult
+from adapters import Capability, InProcessAgent, TurnResult
 from sclated.errors import FailedPrecondition, InvalidArgument
 from sclated.scheduler import DeliverPrompt, EventSource
 
 __all__ = ["ScriptedAgent"]
 
 
-class ScriptedAgent:
+class ScriptedAgent(InProcessAgent):
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         opts = dict(options or {})
         turn_ms = opts.get("turn_ms", 5)
@@ -56,6 +56,10 @@ class ScriptedAgent:
     @property
     def name(self) -> str:
         return "scripted"
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return frozenset({Capability.SESSION_STATE})
 
     async def start_session(self, session: str) -> None:
         self._session = session

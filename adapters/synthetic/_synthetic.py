@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters._base import BenchmarkInfo, GradeContext, RoundInfo, ScenarioConfig, Verdict
+from adapters import BenchmarkInfo, Capability, GradeContext, RoundInfo, ScenarioConfig, Verdict
 from sclated.errors import InvalidArgument
 from sclated.scheduler import (
     After,
@@ -160,6 +160,10 @@ class SyntheticScenario:
 
     def sources(self) -> Sequence[EventSource]:
         return [_DaySource(self._opts)]
+
+    @property
+    def requires(self) -> Mapping[Capability, str]:
+        return {}
 
     def workspace_seed(self) -> Path | None:
         return None

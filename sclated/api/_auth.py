@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from sclated.errors import ConfigError, InvalidArgument, Unauthenticated
-from sclated.runs._spec import validate_tenant
+from sclated.runs import validate_tenant
 
 __all__ = ["LOCAL_TENANT", "TokenTable", "current_tenant", "parse_tokens"]
 

@@ -8,8 +8,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from sclate_api.v1 import sclate_pb2 as pb
 
 from sclated.errors import InvalidArgument
-from sclated.runs import RunSpec, RunView
-from sclated.runs._snapshots import SnapshotView
+from sclated.runs import RunSpec, RunView, SnapshotView
 from sclated.store import EventRow
 
 __all__ = ["event_to_proto", "run_spec_from_proto", "run_to_proto", "snapshot_to_proto"]

@@ -98,11 +98,11 @@ class SclateServicer(pb_grpc.SclateServicer):
             yield event_to_proto(ev, request.name)
 
     async def SaveSnapshot(self, request: pb.SaveSnapshotRequest, context: grpc.aio.ServicerContext) -> pb.Snapshot:
-        view = await self._runs.snapshots.save(current_tenant.get(), request.run, request.snapshot_id)
+        view = await self._runs.save_snapshot(current_tenant.get(), request.run, request.snapshot_id)
         return snapshot_to_proto(view)
 
     async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context: grpc.aio.ServicerContext) -> pb.Run:
-        view = await self._runs.snapshots.restore(
+        view = await self._runs.restore(
             current_tenant.get(), request.snapshot, request.new_run_id, dict(request.labels)
         )
         return run_to_proto(view)
@@ -110,7 +110,7 @@ class SclateServicer(pb_grpc.SclateServicer):
     async def ListSnapshots(
         self, request: pb.ListSnapshotsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListSnapshotsResponse:
-        views = await self._runs.snapshots.list(current_tenant.get(), request.run)
+        views = await self._runs.list_snapshots(current_tenant.get(), request.run)
         return pb.ListSnapshotsResponse(snapshots=[snapshot_to_proto(v) for v in views])
 
     async def ListBenchmarks(

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from sclated.clock import ClockConfig, ClockMode, Jump, LeaseChange, SimClock
-from sclated.runs._loop import RunLoop, RunSummary
+from sclated.runs import RunLoop, RunSummary
 from sclated.scheduler import (
     After,
     AgentControl,

@@ -81,6 +81,14 @@ class SimClock:
         self.start_wall_ns = self._anchor_wall
 
     @property
+    def mode_name(self) -> str:
+        return self.mode.value
+
+    @property
+    def rate(self) -> float:
+        return self.config.rate
+
+    @property
     def flows(self) -> bool:
         return self.mode is not ClockMode.DISCRETE
 

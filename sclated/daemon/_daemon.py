@@ -27,17 +27,14 @@ from grpc_reflection.v1alpha import reflection
 from sclate_api.v1 import sclate_pb2, sclate_pb2_grpc
 
 from adapters import JudgeReply
-from sclated.api._auth import TokenTable
-from sclated.api._interceptor import SclateInterceptor
-from sclated.api._servicer import SclateServicer
+from sclated.api import SclateInterceptor, SclateServicer, TokenTable
 from sclated.daemon._config import DaemonConfig
 from sclated.daemon._sdnotify import notify, watchdog_interval_s, watchdog_loop
 from sclated.errors import ConfigError, SclateError
-from sclated.runs import ManagerConfig, Registry, RunManager, RunSpec, default_registry
-from sclated.runs._judge import JudgeConfig, ask_judge
-from sclated.runs._model_service import EmbeddedModel
-from sclated.runs._sandboxed import SandboxServices, short_sockets_dir
+from sclated.model import EmbeddedModel
+from sclated.runs import JudgeConfig, ManagerConfig, Registry, RunManager, RunSpec, ask_judge, default_registry
 from sclated.runtime import SnapshotInfo
+from sclated.sandbox import SandboxServices, short_sockets_dir
 from sclated.store import Store
 
 __all__ = ["Daemon"]

@@ -1,4 +1,5 @@
-"""The embedded model server: a GGUF served by llama.cpp over HTTP.
+"""The embedded model server: a GGUF served by llama.cpp over HTTP, and the
+daemon's supervisor of it as a child process (:class:`EmbeddedModel`).
 
 Speaks OpenAI chat/completions, the OpenAI Responses API and Anthropic
 Messages, streaming and not, with tool calls in each API's shape and vLLM-style
@@ -15,15 +16,19 @@ from ._common import ServerContext
 from ._config import ModelServerConfig, default_gguf_path
 from ._engine import Backend, Engine, Finish, SamplingParams, TokenStep, TopLogprob
 from ._server import RunningModelServer, build_app, serve_forever, start_model_server
+from ._service import EmbeddedModel, ModelState, ModelStatus
 from ._tools import ParsedOutput, ToolCall, ToolSpec, parse_tool_calls, tool_call_start
 
 __all__ = [
     "Backend",
     "ChatMessage",
     "ChatRenderer",
+    "EmbeddedModel",
     "Engine",
     "Finish",
     "ModelServerConfig",
+    "ModelState",
+    "ModelStatus",
     "ParsedOutput",
     "RunningModelServer",
     "SamplingParams",

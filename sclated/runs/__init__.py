@@ -1,7 +1,8 @@
 """Runs: a scheduler and a clock driven together, effects handed to executors,
 many runs managed durably in one daemon."""
 
-from sclated.runs._loop import EffectExecutor, RunLoop, RunObserver, RunSummary
+from sclated.runs._judge import JUDGE_MAX_TOKENS, JudgeConfig, ask_judge
+from sclated.runs._loop import EffectExecutor, RunLoop, RunObserver, RunSummary, Turn
 from sclated.runs._manager import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -11,21 +12,34 @@ from sclated.runs._manager import (
     parse_run_name,
 )
 from sclated.runs._registry import AgentEntry, Registry, default_registry
-from sclated.runs._spec import AgentRef, BenchmarkRef, ClockRef, ModelRef, Resources, RunSpec
+from sclated.runs._snapshots import RestorePlan, SnapshotView
+from sclated.runs._spec import (
+    AgentRef,
+    BenchmarkRef,
+    ClockRef,
+    ModelRef,
+    Resources,
+    RunSpec,
+    validate_run_id,
+    validate_tenant,
+)
 from sclated.runs._worker import RunOutcome, RunSink, RunWorker, load_scenario
 
 __all__ = [
     "ACTIVE_STATES",
+    "JUDGE_MAX_TOKENS",
     "TERMINAL_STATES",
     "AgentEntry",
     "AgentRef",
     "BenchmarkRef",
     "ClockRef",
     "EffectExecutor",
+    "JudgeConfig",
     "ManagerConfig",
     "ModelRef",
     "Registry",
     "Resources",
+    "RestorePlan",
     "RunLoop",
     "RunManager",
     "RunObserver",
@@ -35,7 +49,12 @@ __all__ = [
     "RunSummary",
     "RunView",
     "RunWorker",
+    "SnapshotView",
+    "Turn",
+    "ask_judge",
     "default_registry",
     "load_scenario",
     "parse_run_name",
+    "validate_run_id",
+    "validate_tenant",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -20,13 +21,16 @@ import os
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapters import missing_capabilities
 from sclated.capture import EXPORT_FORMATS, Sample, export
+from sclated.clock import ClockMode
 from sclated.errors import (
+    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -34,9 +38,10 @@ from sclated.errors import (
     SclateError,
     Unavailable,
 )
+from sclated.report import write_report
 from sclated.runs._health import capture_totals, run_warnings, summarize_calls
 from sclated.runs._registry import Registry
-from sclated.runs._report import write_report
+from sclated.runs._snapshots import RestorePlan, Snapshots, SnapshotView
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
 from sclated.runs._trajectories import run_samples, trainable_roles
 from sclated.runs._worker import RunOutcome, RunWorker, load_scenario
@@ -240,10 +245,9 @@ class RunManager:
         self._seq = 0
         self.judge_factory: Any = None
         self.on_delete: Callable[[str], Awaitable[None]] | None = None
-        from sclated.runs._snapshots import Snapshots
-
-        self.snapshots = Snapshots(self)
-        """Save / restore / branch (see sclated.runs._snapshots)."""
+        self.snapshots = Snapshots(store, registry, runs_dir, self.flush)
+        """Save snapshots and read them into restore plans (see sclated.runs._snapshots)."""
+        self._key_locks: dict[str, asyncio.Lock] = {}
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -394,15 +398,31 @@ class RunManager:
                         reason="REQUEST_ID_REUSED",
                     )
                 return _view(row)
-        if run_id:
-            validate_run_id(run_id)
-        else:
-            run_id = f"run-{uuid.uuid4().hex[:12]}"
+        run_id = run_id or f"run-{uuid.uuid4().hex[:12]}"
+        key = await self._new_key(tenant, run_id, "run_id")
+        self._check_quota(tenant)
+        await self._validate(spec)
+        row = self._new_row(key, tenant, spec, parent=parent, request_id=request_id, request_hash=request_hash)
+        live = _Live(row, 1)
+        if request_id:
+            self._requests[(tenant, request_id)] = key
+        self._batch.inserts.append(row)
+        self._emit(live, "state", {"state": "PENDING", "reason": "waiting for admission"}, 0)
+        await self._enqueue(live)
+        return _view(live.row)
+
+    # -- the one admission path (CreateRun, RestoreSnapshot) -------------------------------
+    def _key_lock(self, key: str) -> asyncio.Lock:
+        return self._key_locks.setdefault(key, asyncio.Lock())
+
+    async def _new_key(self, tenant: str, run_id: str, field_name: str) -> str:
+        validate_run_id(run_id, field_name)
         key = _key(tenant, run_id)
         if key in self._live or await self.store.get_run(key) is not None:
-            from sclated.errors import AlreadyExists
+            raise AlreadyExists(f"run runs/{run_id} already exists", field=field_name)
+        return key
 
-            raise AlreadyExists(f"run runs/{run_id} already exists", field="run_id")
+    def _check_quota(self, tenant: str) -> None:
         active = sum(1 for lv in self._live.values() if lv.row.tenant == tenant and not lv.finished)
         if active >= self.config.tenant_max_active:
             raise ResourceExhausted(
@@ -410,13 +430,45 @@ class RunManager:
                 f"(quota {self.config.tenant_max_active})",
                 reason="TENANT_QUOTA",
             )
-        # Validate what the spec names now, so a bad run is refused and nothing is stored.
-        self.registry.agent(spec.agent.harness).factory(spec.agent.options)
-        await asyncio.to_thread(load_scenario, self.registry, spec)
+
+    async def _validate(self, spec: RunSpec) -> None:
+        """What the spec names must exist and fit together; a bad run is refused, nothing stored."""
+        entry = self.registry.agent(spec.agent.harness)
+        agent = entry.factory(spec.agent.options)
+        scenario = await asyncio.to_thread(load_scenario, self.registry, spec)
+        missing = missing_capabilities(scenario.requires, agent.capabilities)
+        if missing:
+            raise InvalidArgument(
+                f"harness {spec.agent.harness!r} cannot run benchmark {spec.benchmark.name!r} "
+                f"(scenario {scenario.name!r}): it lacks {'; '.join(missing)}",
+                field="run.agent.harness",
+                reason="MISSING_CAPABILITY",
+            )
+        if entry.sandboxed and spec.clock.mode is ClockMode.REALTIME and spec.clock.rate != 1.0:
+            raise InvalidArgument(
+                f"a REALTIME clock at rate {spec.clock.rate} cannot drive harness {spec.agent.harness!r} in a "
+                "sandbox: libfaketime's speed factor counts from each process's own start, so processes in one "
+                "sandbox would disagree; use HYBRID, or REALTIME at rate 1",
+                field="run.clock.rate",
+            )
         if self.judge_factory is not None:
             self.judge_factory(spec)  # the judge options (endpoint, key variable)
-        self._seq += 1
-        row = RunRow(
+
+    def _new_row(
+        self,
+        key: str,
+        tenant: str,
+        spec: RunSpec,
+        *,
+        parent: str = "",
+        request_id: str = "",
+        request_hash: str = "",
+        reason: str = "",
+        sim_ns: int | None = None,
+        last_event_seq: int = 0,
+    ) -> RunRow:
+        self._seq += 1  # taken now: a CreateRun meanwhile gets the next one
+        return RunRow(
             name=key,
             tenant=tenant,
             spec=spec.to_dict(),
@@ -426,17 +478,110 @@ class RunManager:
             request_id=request_id or None,
             request_hash=request_hash,
             parent=parent,
+            reason=reason,
+            sim_ns=sim_ns,
+            last_event_seq=last_event_seq,
         )
-        live = _Live(row, 1)
-        self._live[key] = live
-        if request_id:
-            self._requests[(tenant, request_id)] = key
-        self._batch.inserts.append(row)
-        self._emit(live, "state", {"state": "PENDING", "reason": "waiting for admission"}, 0)
-        self._queue[key] = None
+
+    async def _enqueue(self, live: _Live) -> None:
+        """Make the run live and queued: it starts when admission allows."""
+        self._live[live.key] = live
+        self._queue[live.key] = None
         await self.flush()
         self._admit()
+
+    # -- snapshots ---------------------------------------------------------------------------
+    async def save_snapshot(self, tenant: str, run_name: str, snapshot_id: str = "") -> SnapshotView:
+        row = await self._get_row(tenant, run_name, "run")
+        live = self._live.get(row.name)
+        if row.state != "RUNNING" or live is None or live.worker is None:
+            raise FailedPrecondition(
+                f"run {run_name!r} is {row.state}; snapshots are taken of RUNNING runs",
+                reason="RUN_NOT_RUNNING",
+            )
+        return await self.snapshots.save(live.key, row.tenant, live.worker, snapshot_id)
+
+    async def list_snapshots(self, tenant: str, run_name: str) -> list[SnapshotView]:
+        row = await self._get_row(tenant, run_name, "run")
+        return await self.snapshots.list(row.name)
+
+    async def restore(
+        self, tenant: str, snapshot_name: str, new_run_id: str = "", labels: Mapping[str, str] | None = None
+    ) -> RunView:
+        """Restore into the snapshot's own run (``new_run_id`` empty, once it ended) or a new run (a branch)."""
+        labels = dict(labels or {})
+        if labels and not new_run_id:
+            raise InvalidArgument(
+                "labels are for the new run of a branch; set new_run_id or leave labels empty", field="labels"
+            )
+        if new_run_id:
+            validate_run_id(new_run_id, "new_run_id")
+        plan = await self.snapshots.plan(tenant, snapshot_name, labels)
+        if not self._accepting:
+            raise Unavailable("the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN")
+        now = time.time_ns()
+        if new_run_id:
+            key = _key(tenant, new_run_id)
+            async with self._key_lock(key):
+                await self._new_key(tenant, new_run_id, "new_run_id")
+                self._check_quota(tenant)
+                await self._validate(plan.spec)
+                parent = f"runs/{_run_id_of(plan.source_key)}"
+                row = self._new_row(
+                    key,
+                    tenant,
+                    plan.spec,
+                    parent=parent,
+                    request_hash=hashlib.sha256(
+                        json.dumps([plan.spec.to_dict(), new_run_id, parent, snapshot_name], sort_keys=True).encode()
+                    ).hexdigest(),
+                    reason=f"branched from {snapshot_name}; waiting for admission",
+                    sim_ns=plan.sim_ns,
+                    last_event_seq=1,
+                )
+                await self._persist_restore(row, plan, insert=True, now=now)
+                live = _Live(row, 2, resume=True)
+                await self._enqueue(live)
+        else:
+            key = plan.source_key
+            async with self._key_lock(key):
+                current = await self._row(key)
+                if current is None:
+                    raise NotFound(f"snapshot {snapshot_name!r} not found", field="snapshot")
+                if current.state in ACTIVE_STATES or key in self._live:
+                    raise FailedPrecondition(
+                        f"run runs/{_run_id_of(key)} is {current.state}; restore into it once it has ended "
+                        "(cancel it first), or branch into a new run (new_run_id)",
+                        reason="RUN_ACTIVE",
+                    )
+                row = dataclasses.replace(
+                    current,
+                    state="PENDING",
+                    reason=f"restored from {snapshot_name}; waiting for admission",
+                    end_ns=None,
+                    sim_ns=plan.sim_ns,
+                    results={},
+                    last_event_seq=current.last_event_seq + 1,
+                )
+                await self._persist_restore(row, plan, insert=False, now=now)
+                live = _Live(row, row.last_event_seq + 1, resume=True)
+                await self._enqueue(live)
         return _view(live.row)
+
+    async def _persist_restore(self, row: RunRow, plan: RestorePlan, *, insert: bool, now: int) -> None:
+        """The run at the snapshot, in one transaction: its row, journal, calls and restore marker."""
+        event = EventRow(
+            row.name, row.last_event_seq, "state", plan.sim_ns, now, {"state": "PENDING", "reason": row.reason}
+        )
+        await self.store.restore_run(
+            row,
+            insert=insert,
+            event=event,
+            journal=plan.journal,
+            calls=plan.calls,
+            snapshot=plan.snapshot_name,
+            snapshot_dir=str(plan.snapshot_dir),
+        )
 
     async def _row(self, key: str) -> RunRow | None:
         live = self._live.get(key)
@@ -621,7 +766,7 @@ class RunManager:
                 run_dir=run_dir,
             )
             live.worker = worker
-            worker.on_save_snapshot = functools.partial(self.snapshots.on_effect, live)
+            worker.on_save_snapshot = functools.partial(self.snapshots.on_effect, live.key, live.row.tenant, worker)
             if restore is not None:
                 worker.restore_from = Path(restore[1])
                 worker.on_restored = functools.partial(self.store.clear_restore_marker, live.key)

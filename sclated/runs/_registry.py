@@ -10,7 +10,7 @@ from adapters import AgentAdapter, BenchmarkAdapter
 from sclated.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from sclated.runs._sandboxed import SandboxServices
+    from sclated.sandbox import SandboxServices
 
 __all__ = ["AgentEntry", "Registry", "default_registry"]
 
@@ -64,10 +64,11 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
     """The built-in benchmarks and agents. Sandboxed agents need ``services`` (a daemon)."""
     from adapters.longmemeval import LongMemEvalBenchmark
     from adapters.metaclaw import MetaClawBenchmark
+    from adapters.reference_harness import DECLARATION, ReferenceHarness
     from adapters.reference_harness.image import register_image
     from adapters.scripted import ScriptedAgent
     from adapters.synthetic import SyntheticBenchmark
-    from sclated.runs._sandboxed import SandboxedHarness
+    from sclated.runs._sandboxed import sandboxed_factory
 
     register_image()
     reg = Registry()
@@ -76,12 +77,11 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
     reg.add_benchmark(LongMemEvalBenchmark())
     reg.add_agent(
         AgentEntry(
-            name="reference",
-            description="the project's reference harness (file and shell tools, MEMORY.md + dated notes, "
-            "nightly consolidation cron) in its own sandbox, model calls captured",
+            name=DECLARATION.name,
+            description=DECLARATION.description,
             sandboxed=True,
-            factory=lambda options: SandboxedHarness(options, services),
-            memory_systems=("native",),
+            factory=sandboxed_factory(ReferenceHarness, DECLARATION.options, services),
+            memory_systems=DECLARATION.memory_systems,
         )
     )
     reg.add_agent(

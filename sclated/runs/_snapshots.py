@@ -9,44 +9,41 @@ in ``<runs_dir>/<tenant>/<run>/snapshots/<id>/`` (``journal.jsonl``,
 ``calls.jsonl``, ``sandbox/``, ``agent/``) and one row of the store, so it
 survives daemon restarts and is independent of what its run does afterwards.
 
-Restoring puts a run (the snapshot's own, or a new one: a branch) at that
-point: journal and call records replaced by the snapshot's, state PENDING,
-and a restore marker that makes the run's next start build its agent from the
-snapshot and resume by journal replay. Whatever was in flight at the
-snapshot (a turn without ``turn_end``, an ungraded check) is dispatched again.
+Restoring reads a snapshot into a :class:`RestorePlan` (its files checked,
+the agent able to start from them); the run manager applies the plan through
+the same admission path as CreateRun: the run (the snapshot's own, or a new
+one: a branch) gets the snapshot's journal and call records, state PENDING,
+and a restore marker that makes its next start build the agent from the
+snapshot and resume by journal replay. Whatever was in flight at the snapshot
+(a turn without ``turn_end``, an ungraded check) is dispatched again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import hashlib
 import json
 import logging
 import shutil
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sclated.errors import (
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    ResourceExhausted,
-    Unavailable,
+    SclateError,
 )
+from sclated.runs._registry import Registry
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
 from sclated.runs._worker import RunWorker
-from sclated.store import EventRow, RunRow
+from sclated.store import Store
 
-if TYPE_CHECKING:
-    from sclated.runs._manager import RunManager, RunView, _Live
-
-__all__ = ["SnapshotView", "Snapshots", "parse_snapshot_name"]
+__all__ = ["RestorePlan", "SnapshotView", "Snapshots", "parse_snapshot_name"]
 
 log = logging.getLogger("sclated.runs")
 
@@ -113,57 +110,66 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-class Snapshots:
-    """The runs room's save / restore / branch, on top of a RunManager."""
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    """A snapshot read and checked, ready for the run manager to admit."""
 
-    def __init__(self, manager: RunManager) -> None:
-        self._m = manager
+    snapshot_name: str
+    """``runs/{run}/snapshots/{id}``."""
+    source_key: str
+    """``tenant/run`` of the snapshot's own run."""
+    snapshot_dir: Path
+    spec: RunSpec
+    """The source run's spec (with a branch's extra labels)."""
+    journal: list[dict[str, Any]]
+    calls: list[dict[str, Any]]
+    sim_ns: int
+
+
+class Snapshots:
+    """Save snapshots of running runs; read them back into restore plans."""
+
+    def __init__(self, store: Store, registry: Registry, runs_dir: Path | None, flush: Callable[[], Awaitable[None]]):
+        self._store = store
+        self._registry = registry
+        self._runs_dir = runs_dir
+        self._flush = flush
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
 
     def _dir(self, run_key: str, snapshot_id: str) -> Path:
-        if self._m.runs_dir is None:
+        if self._runs_dir is None:
             raise FailedPrecondition("this daemon has no state directory to keep snapshots in", reason="NO_STATE_DIR")
-        return self._m.runs_dir / run_key / "snapshots" / snapshot_id
+        return self._runs_dir / run_key / "snapshots" / snapshot_id
 
     # -- save ------------------------------------------------------------------------
-    async def save(self, tenant: str, run_name: str, snapshot_id: str = "") -> SnapshotView:
-        """Snapshot a RUNNING run; ``snapshot_id`` empty: one is made up."""
+    async def save(self, run_key: str, tenant: str, worker: RunWorker, snapshot_id: str = "") -> SnapshotView:
+        """Snapshot a running run; ``snapshot_id`` empty: one is made up."""
         if snapshot_id:
             validate_run_id(snapshot_id, "snapshot_id")
         else:
             snapshot_id = f"snap-{uuid.uuid4().hex[:12]}"
-        row = await self._m._get_row(tenant, run_name, "run")
-        live = self._m._live.get(row.name)
-        if row.state != "RUNNING" or live is None or live.worker is None:
-            raise FailedPrecondition(
-                f"run {run_name!r} is {row.state}; snapshots are taken of RUNNING runs",
-                reason="RUN_NOT_RUNNING",
-            )
-        return await self._take(live, live.worker, snapshot_id)
+        return await self._take(run_key, tenant, worker, snapshot_id)
 
-    async def on_effect(self, live: _Live, label: str, seq: int) -> None:
+    async def on_effect(self, run_key: str, tenant: str, worker: RunWorker, label: str, seq: int) -> None:
         """A scenario's SaveSnapshot effect: named by its label, else by the fire's journal position.
 
         A name already taken (a restored run passing the same event again) gets a suffix.
         """
-        worker = live.worker
-        assert worker is not None
         base = validate_run_id(label or f"snap-{seq}", "label")
         for n in range(1, _MAX_SUFFIX):
             snapshot_id = base if n == 1 else f"{base[: 63 - len(str(n)) - 1]}-{n}"
-            if await self._m.store.get_snapshot(_store_name(live.key, snapshot_id)) is None:
+            if await self._store.get_snapshot(_store_name(run_key, snapshot_id)) is None:
                 break
         else:
-            raise AlreadyExists(f"run {live.key!r} already has snapshots {base}..{base}-{_MAX_SUFFIX - 1}")
-        view = await self._take(live, worker, snapshot_id)
-        log.info("run %s: scenario snapshot %s at journal position %d", live.key, view.name, view.journal_length)
+            raise AlreadyExists(f"run {run_key!r} already has snapshots {base}..{base}-{_MAX_SUFFIX - 1}")
+        view = await self._take(run_key, tenant, worker, snapshot_id)
+        log.info("run %s: scenario snapshot %s at journal position %d", run_key, view.name, view.journal_length)
 
-    async def _take(self, live: _Live, worker: RunWorker, snapshot_id: str) -> SnapshotView:
-        store = self._m.store
-        key = live.key
+    async def _take(self, key: str, tenant: str, worker: RunWorker, snapshot_id: str) -> SnapshotView:
+        store = self._store
         name = _store_name(key, snapshot_id)
         dest = self._dir(key, snapshot_id)
         async with self._lock(key):
@@ -185,7 +191,7 @@ class Snapshots:
             try:
                 cap = await worker.capture(dest, on_paused=paused)
                 sandbox = cap.sandbox
-                await self._m.flush()
+                await self._flush()
                 journal = [e for e in await store.journal(key) if int(e["seq"]) < cap.journal_length]
                 if [int(e["seq"]) for e in journal] != list(range(cap.journal_length)):
                     raise FailedPrecondition(
@@ -202,12 +208,15 @@ class Snapshots:
                     "calls": [str(c.get("call_id", "")) for c in calls],
                 }
                 create_ns = time.time_ns()
-                await store.insert_snapshot(name, key, live.row.tenant, create_ns, cap.sim_ns, cap.journal_length, info)
+                await store.insert_snapshot(name, key, tenant, create_ns, cap.sim_ns, cap.journal_length, info)
             except BaseException:
                 await asyncio.to_thread(shutil.rmtree, dest, True)
-                discard = getattr(worker.agent, "discard_snapshot", None)
-                if sandbox is not None and discard is not None:
-                    await asyncio.shield(discard(str(sandbox.get("image", ""))))
+                files = worker.agent.files
+                if sandbox is not None and files is not None:
+                    try:
+                        await asyncio.shield(files.discard(sandbox))
+                    except SclateError as exc:
+                        log.warning("run %s: removing a half-made snapshot failed: %s", key, exc.message)
                 raise
         return _view(
             {
@@ -220,40 +229,23 @@ class Snapshots:
         )
 
     # -- list ----------------------------------------------------------------------------
-    async def list(self, tenant: str, run_name: str) -> list[SnapshotView]:
-        row = await self._m._get_row(tenant, run_name, "run")
-        return [_view(s) for s in await self._m.store.list_snapshots(row.name)]
+    async def list(self, run_key: str) -> list[SnapshotView]:
+        return [_view(s) for s in await self._store.list_snapshots(run_key)]
 
     # -- restore ------------------------------------------------------------------------
-    async def restore(
-        self, tenant: str, snapshot_name: str, new_run_id: str = "", labels: Mapping[str, str] | None = None
-    ) -> RunView:
-        """Restore into the snapshot's own run (``new_run_id`` empty) or into a new run (a branch)."""
-        from sclated.runs._manager import ACTIVE_STATES, _Live, _view
-
-        m = self._m
+    async def plan(self, tenant: str, snapshot_name: str, labels: Mapping[str, str] | None = None) -> RestorePlan:
+        """Read a snapshot and check it can be restored (files, image); ``labels`` go on a branch."""
         validate_tenant(tenant)
         run_id, snapshot_id = parse_snapshot_name(snapshot_name)
-        if new_run_id:
-            validate_run_id(new_run_id, "new_run_id")
-        labels = dict(labels or {})
-        if labels and not new_run_id:
-            raise InvalidArgument(
-                "labels are for the new run of a branch; set new_run_id or leave labels empty",
-                field="labels",
-            )
         src_key = f"{tenant}/{run_id}"
-        snap = await m.store.get_snapshot(_store_name(src_key, snapshot_id))
-        src = await m._row(src_key)
+        snap = await self._store.get_snapshot(_store_name(src_key, snapshot_id))
+        src = await self._store.get_run(src_key)
         if snap is None or src is None:
             raise NotFound(f"snapshot {snapshot_name!r} not found", field="snapshot")
-        if not m._accepting:
-            raise Unavailable("the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN")
         spec = RunSpec.from_dict(src.spec)
-        if new_run_id:
-            merged = {**spec.labels, **labels}
+        if labels:
             try:
-                spec = RunSpec.from_dict({**spec.to_dict(), "labels": merged})
+                spec = RunSpec.from_dict({**spec.to_dict(), "labels": {**spec.labels, **labels}})
             except InvalidArgument as exc:
                 raise InvalidArgument(exc.message, field="labels") from None
         info = snap["info"]
@@ -267,87 +259,19 @@ class Snapshots:
                 field="snapshot",
             ) from None
         if info.get("sandbox"):
-            agent = m.registry.agent(spec.agent.harness).factory(spec.agent.options)
-            check = getattr(agent, "check_restorable", None)
-            if check is not None:
-                await check(snap_dir)
-        now = time.time_ns()
-        sim_ns = int(snap["sim_ns"])
-        if new_run_id:
-            key = f"{tenant}/{new_run_id}"
-            async with self._lock(key):
-                if key in m._live or await m.store.get_run(key) is not None:
-                    raise AlreadyExists(f"run runs/{new_run_id} already exists", field="new_run_id")
-                active = sum(1 for lv in m._live.values() if lv.row.tenant == tenant and not lv.finished)
-                if active >= m.config.tenant_max_active:
-                    raise ResourceExhausted(
-                        f"tenant {tenant!r} already has {active} pending or running runs "
-                        f"(quota {m.config.tenant_max_active})",
-                        reason="TENANT_QUOTA",
-                    )
-                parent = f"runs/{run_id}"
-                m._seq += 1  # taken now: a CreateRun meanwhile gets the next one
-                row = RunRow(
-                    name=key,
-                    tenant=tenant,
-                    spec=spec.to_dict(),
-                    state="PENDING",
-                    create_ns=now,
-                    seq=m._seq,
-                    request_hash=hashlib.sha256(
-                        json.dumps([spec.to_dict(), new_run_id, parent, snapshot_name], sort_keys=True).encode()
-                    ).hexdigest(),
-                    reason=f"branched from {snapshot_name}; waiting for admission",
-                    sim_ns=sim_ns,
-                    last_event_seq=1,
-                    parent=parent,
+            files = self._registry.agent(spec.agent.harness).factory(spec.agent.options).files
+            if files is None:
+                raise FailedPrecondition(
+                    f"snapshot {snapshot_name!r} holds sandbox files, but agent {spec.agent.harness!r} keeps none",
+                    reason="NOT_RESTORABLE",
                 )
-                event = EventRow(key, 1, "state", sim_ns, now, {"state": "PENDING", "reason": row.reason})
-                await m.store.restore_run(
-                    row,
-                    insert=True,
-                    event=event,
-                    journal=journal,
-                    calls=calls,
-                    snapshot=snapshot_name,
-                    snapshot_dir=str(snap_dir),
-                )
-                live = _Live(row, 2, resume=True)
-        else:
-            key = src_key
-            async with self._lock(key):
-                current = await m._row(key)
-                if current is None:
-                    raise NotFound(f"snapshot {snapshot_name!r} not found", field="snapshot")
-                if current.state in ACTIVE_STATES or key in m._live:
-                    raise FailedPrecondition(
-                        f"run runs/{run_id} is {current.state}; restore into it once it has ended "
-                        "(cancel it first), or branch into a new run (new_run_id)",
-                        reason="RUN_ACTIVE",
-                    )
-                row = dataclasses.replace(
-                    current,
-                    state="PENDING",
-                    reason=f"restored from {snapshot_name}; waiting for admission",
-                    end_ns=None,
-                    sim_ns=sim_ns,
-                    results={},
-                    last_event_seq=current.last_event_seq + 1,
-                )
-                event = EventRow(
-                    key, row.last_event_seq, "state", sim_ns, now, {"state": "PENDING", "reason": row.reason}
-                )
-                await m.store.restore_run(
-                    row,
-                    insert=False,
-                    event=event,
-                    journal=journal,
-                    calls=calls,
-                    snapshot=snapshot_name,
-                    snapshot_dir=str(snap_dir),
-                )
-                live = _Live(row, row.last_event_seq + 1, resume=True)
-        m._live[key] = live
-        m._queue[key] = None
-        m._admit()
-        return _view(live.row)
+            await files.check_restorable(snap_dir)
+        return RestorePlan(
+            snapshot_name=snapshot_name,
+            source_key=src_key,
+            snapshot_dir=snap_dir,
+            spec=spec,
+            journal=journal,
+            calls=calls,
+            sim_ns=int(snap["sim_ns"]),
+        )

@@ -14,21 +14,30 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from adapters import AgentAdapter, JudgeReply, Scenario, ScenarioConfig, Verdict
+from adapters import (
+    AgentAdapter,
+    AgentEnvironment,
+    Capability,
+    JudgeReply,
+    Scenario,
+    ScenarioConfig,
+    Verdict,
+    Workspace,
+)
 from sclated.clock import ClockConfig, Jump, Lease, LeaseChange, SimClock, WallLedger
 from sclated.errors import FailedPrecondition, InvalidArgument, SclateError
+from sclated.report import Timeline
 from sclated.runs._deliveries import Delivery, DeliveryLog
 from sclated.runs._journal_json import entry_from_json, entry_to_json
-from sclated.runs._loop import RunLoop, RunSummary
+from sclated.runs._loop import RunLoop, RunSummary, Turn
 from sclated.runs._registry import Registry
-from sclated.runs._report import Timeline
-from sclated.runs._sandboxed import RunEnvironment
 from sclated.runs._spec import RunSpec
 from sclated.scheduler import (
     AgentControl,
@@ -46,6 +55,8 @@ from sclated.scheduler import (
 )
 
 __all__ = ["Capture", "RunOutcome", "RunSink", "RunWorker", "load_scenario"]
+
+log = logging.getLogger("sclated.runs")
 
 _REPLY_DISPLAY_LIMIT = 4096
 """Replies are graded and journaled whole; the run event (for watchers) carries at
@@ -111,14 +122,13 @@ class _GradeContext:
         self._worker = worker
 
     async def exec_in_workspace(self, command: str, *, timeout_s: float = 120.0) -> tuple[int, str]:
-        execute = getattr(self._worker.agent, "exec_in_workspace", None)
-        if execute is None:
+        workspace = self._worker.agent.workspace
+        if workspace is None:
             raise FailedPrecondition(
                 f"agent {self._worker.agent.name!r} has no workspace to run a check in",
                 reason="NO_WORKSPACE",
             )
-        result: tuple[int, str] = await execute(command, timeout_s=timeout_s)
-        return result
+        return await workspace.exec(command, timeout_s=timeout_s)
 
     def reply_for(self, round_id: str) -> str | None:
         return self._worker.replies.get(round_id)
@@ -158,7 +168,7 @@ class RunWorker:
         self.verdicts: dict[str, Verdict] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._turn_lock = asyncio.Lock()
-        self._turn_lease: Lease | None = None
+        self._current_turn: Turn | None = None
         self._failure: BaseException | None = None
         self.deliveries = DeliveryLog()
         self._fire_wall: dict[str, int] = {}
@@ -292,10 +302,11 @@ class RunWorker:
         return self.loop.leases.acquire(name, self.agent.name, sim_ns=fire.fired_ns, kind=kind)
 
     def _execute(self, fire: FireRecord, effect: Effect) -> Awaitable[None] | None:
+        assert self.loop is not None
         if isinstance(effect, DeliverPrompt | Notify):
-            # Taken now, at the fire, so the clock cannot jump before the turn starts.
-            lease = self._lease(f"turn:{fire.event_id}", fire, "turn")
-            self._spawn(self._turn(fire, effect, lease))
+            # Busy now, at the fire, so the clock cannot jump before the turn starts.
+            turn = self.loop.begin_turn(f"turn:{fire.event_id}", self.agent.name, fire.fired_ns)
+            self._spawn(self._turn(fire, effect, turn))
             return None
         if isinstance(effect, Grade):
             lease = self._lease(f"grade:{effect.check_id}", fire, "grading")
@@ -316,21 +327,19 @@ class RunWorker:
             return self.on_save_snapshot(effect.label, fire.seq)
         raise FailedPrecondition(f"no executor for effect {effect.kind!r} (event {fire.event_id!r})")
 
-    async def _turn(self, fire: FireRecord, effect: DeliverPrompt | Notify, lease: Lease) -> None:
+    async def _turn(self, fire: FireRecord, effect: DeliverPrompt | Notify, turn: Turn) -> None:
         assert self.loop is not None
         loop = self.loop
         try:
             async with self._turn_lock:
-                # The sandbox's `wait` may swap this lease while the turn sleeps.
-                self._turn_lease = lease
+                # A `wait` from inside the sandbox suspends this turn (see wait()).
+                self._current_turn = turn
                 turn_started_wall, turn_started_sim = time.monotonic_ns(), loop.clock.now()
                 prompt = effect if isinstance(effect, DeliverPrompt) else DeliverPrompt(effect.text)
                 try:
                     result = await self.agent.deliver(prompt)
                 finally:
-                    if self._turn_lease is not None and self._turn_lease is not lease:
-                        loop.leases.release(self._turn_lease)
-                    self._turn_lease = None
+                    self._current_turn = None
             delay_ms: float | None = None
             fired_wall = self._fire_wall.get(fire.event_id)
             if result.received_wall_ns and fired_wall is not None:
@@ -364,7 +373,7 @@ class RunWorker:
                 {"round_id": round_id, "event_id": fire.event_id, "reply": reply, "delivery": delivery.to_json()},
             )
         finally:
-            loop.leases.release(lease)
+            turn.end()
 
     async def _grade(self, effect: Grade, lease: Lease) -> None:
         assert self.loop is not None
@@ -390,27 +399,29 @@ class RunWorker:
     async def _control(self, fire: FireRecord, effect: AgentControl) -> None:
         if effect.action == "start":
             seed = fire.data.get("workspace_seed")
-            seeder = getattr(self.agent, "seed_workspace", None)
-            if seed and seeder is not None:
-                await seeder(Path(str(seed)), str(fire.data.get("workspace_dest", "/workspace")))
+            if seed:
+                await self._needs_workspace().seed(
+                    Path(str(seed)), str(fire.data.get("workspace_dest", "/workspace"))
+                )
             await self.agent.start_session(fire.event_id)
         elif effect.action == "stop":
             await self.agent.stop_session()
         elif effect.action == "consolidate":
-            consolidate = getattr(self.agent, "consolidate", None)
-            if consolidate is not None:
-                await consolidate()
+            jobs = self.agent.jobs
+            if jobs is None or Capability.CONSOLIDATE not in self.agent.capabilities:
+                raise FailedPrecondition(f"agent {self.agent.name!r} cannot consolidate memory", reason="UNSUPPORTED")
+            await jobs.consolidate()
         else:
             raise FailedPrecondition(f"agent control {effect.action!r} is not supported by {self.agent.name!r}")
 
     async def _exec(self, effect: ExecInSandbox, lease: Lease) -> None:
         assert self.loop is not None
         try:
-            run_job = getattr(self.agent, "run_job", None)
-            if run_job is not None:
-                await run_job(effect.command, holder=effect.holder, timeout_s=effect.timeout_s)
+            jobs = self.agent.jobs
+            if jobs is not None:
+                await jobs.run_job(effect.command, holder=effect.holder, timeout_s=effect.timeout_s)
             else:
-                await _GradeContext(self).exec_in_workspace(effect.command, timeout_s=effect.timeout_s)
+                await self._needs_workspace().exec(effect.command, timeout_s=effect.timeout_s)
         finally:
             self.loop.leases.release(lease)
 
@@ -437,30 +448,37 @@ class RunWorker:
                 if isinstance(effect, DeliverPrompt | Notify) and fire.event_id not in ended:
                     # Delivered again now: its delay is measured from this dispatch.
                     self._fire_wall[fire.event_id] = time.monotonic_ns()
-                    self._spawn(self._turn(fire, effect, self._lease(f"turn:{fire.event_id}", fire, "turn")))
+                    turn = loop.begin_turn(f"turn:{fire.event_id}", self.agent.name, fire.fired_ns)
+                    self._spawn(self._turn(fire, effect, turn))
                 elif isinstance(effect, Grade) and effect.check_id not in graded:
                     self._spawn(self._grade(effect, self._lease(f"grade:{effect.check_id}", fire, "grading")))
 
-    def environment(self, loop: RunLoop) -> RunEnvironment:
-        if self.run_dir is None:
-            raise FailedPrecondition(f"agent {self.agent.name!r} needs a run directory (a daemon state dir)")
+    def _needs_workspace(self) -> Workspace:
+        workspace = self.agent.workspace
+        if workspace is None:
+            raise FailedPrecondition(f"agent {self.agent.name!r} has no workspace", reason="NO_WORKSPACE")
+        return workspace
+
+    async def wait(self, until_ns: int) -> int:
+        """Wait in simulated time (``sclate-wait``): the current turn, if any, is suspended."""
+        assert self.loop is not None
+        turn = self._current_turn
+        if turn is not None and turn.busy:
+            async with turn.suspended(until_ns) as woke:
+                return woke
+        return await self.loop.sleep_until(until_ns, waiter=self.agent.name)
+
+    def environment(self, loop: RunLoop) -> AgentEnvironment:
         tenant, _, run_id = self.name.partition("/")
-
-        def set_turn_lease(lease: Lease | None) -> None:
-            self._turn_lease = lease
-
         m = self.spec.agent.model
-        return RunEnvironment(
+        return AgentEnvironment(
             run_key=self.name,
             tenant=tenant,
             run_id=run_id,
             run_dir=self.run_dir,
-            sim_now=loop.clock.now,
+            clock=loop.clock,
             leases=loop.leases,
-            sleep_until=loop.sleep_until,
-            turn_lease=lambda: self._turn_lease,
-            set_turn_lease=set_turn_lease,
-            add_time_publisher=loop.clock.add_publisher,
+            wait=self.wait,
             model_base_url=m.base_url,
             model_api=m.api,
             model_name=m.model,
@@ -474,12 +492,10 @@ class RunWorker:
     async def run(self) -> RunOutcome:
         loop = self._build()
         ledger = loop.ledger
-        prepare = getattr(self.agent, "prepare", None)
         summary: RunSummary | None = None
         try:
-            if prepare is not None:
-                with ledger.segment("sandbox_prepare"):
-                    await prepare(self.environment(loop))
+            with ledger.segment("sandbox_prepare"):
+                await self.agent.prepare(self.environment(loop))
             if self.restore_from is not None:
                 await self._restore_agent_state(self.restore_from)
             if self._journal_in:
@@ -549,23 +565,23 @@ class RunWorker:
             if idle:
                 await hold.enter_async_context(self._turn_lock)
             sandbox: dict[str, Any] | None = None
-            take = getattr(self.agent, "snapshot", None)
-            if take is not None:
-                info = await take(dest / "sandbox", on_paused=paused)
-                sandbox = json.loads(info.to_json())
+            files = self.agent.files
+            if files is not None:
+                sandbox = await files.snapshot(dest / "sandbox", on_paused=paused)
             else:
                 await paused()
-            if idle:
+            saved_state = idle and Capability.SESSION_STATE in self.agent.capabilities
+            if saved_state:
                 await self.agent.save_state(dest / "agent")
-        return Capture(marks["journal_length"], marks["sim_ns"], sandbox, idle)
+        return Capture(marks["journal_length"], marks["sim_ns"], sandbox, saved_state)
 
     async def _release_agent(self) -> None:
         # Shielded: this runs while the run is being cancelled, and a sandbox
         # must never be left behind half-closed.
-        closer = getattr(self.agent, "detach" if self.keep_sandbox else "close", None)
-        if closer is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(closer())
+        try:
+            await asyncio.shield(self.agent.close(keep=self.keep_sandbox))
+        except Exception:
+            log.exception("run %s: closing agent %r failed", self.name, self.agent.name)
 
     def _work_split(self, span_ns: int, loop_wall_ns: int) -> dict[str, Any]:
         """The run's wall time split into the agent's own work and the substrate's overhead.
@@ -623,7 +639,7 @@ class RunWorker:
 
     def capture_at_close(self) -> dict[str, Any] | None:
         """What the agent's capture proxy handed over when its sandbox closed (None: no proxy)."""
-        report = getattr(self.agent, "capture_report", None)
+        report = self.agent.capture_report()
         return dict(report) if report else None
 
     def results(self, summary: RunSummary | None) -> dict[str, Any]:

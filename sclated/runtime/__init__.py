@@ -26,7 +26,7 @@ from sclated.runtime._images import (
 )
 from sclated.runtime._runtime import Runtime
 from sclated.runtime._sandbox import Sandbox, SandboxManager, SandboxPaths, TimeProbe
-from sclated.runtime._simtime import FAKETIME_ENV, format_offset, publish_time
+from sclated.runtime._simtime import FAKETIME_ENV, format_frozen, format_offset, freeze_time, publish_time
 from sclated.runtime._snapshot import SnapshotInfo, restore, snapshot
 from sclated.runtime._spec import (
     LABEL_DAEMON,
@@ -78,7 +78,9 @@ __all__ = [
     "build_all",
     "build_image",
     "build_images_cli",
+    "format_frozen",
     "format_offset",
+    "freeze_time",
     "hardened_host_config",
     "image_ref",
     "image_refs",

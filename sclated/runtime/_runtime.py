@@ -12,6 +12,7 @@ import abc
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 
+from sclated.runtime._exec_stream import ExecStream
 from sclated.runtime._spec import ContainerInfo, ContainerStats, ExecResult, SandboxSpec
 
 __all__ = ["Runtime"]
@@ -41,6 +42,18 @@ class Runtime(abc.ABC):
         timeout_s: float | None = None,
     ) -> ExecResult:
         """Run a command to completion; on timeout it is killed and `timed_out` set."""
+
+    @abc.abstractmethod
+    async def exec_stream(
+        self,
+        container_id: str,
+        cmd: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+    ) -> ExecStream:
+        """Start a process with stdin/stdout attached, for line-by-line conversation."""
 
     @abc.abstractmethod
     async def stop(self, container_id: str, *, grace_s: float = 10.0) -> None: ...

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from sclated.runtime._runtime import Runtime
 from sclated.runtime._simtime import (
     FAKETIME_ENV,
     SANDBOX_DIR,
+    freeze_time,
     publish_time,
 )
 from sclated.runtime._spec import (
@@ -134,10 +136,17 @@ class Sandbox:
         await publish_time(self.paths.time_file, sim_ns)
         self.last_sim_ns = sim_ns
 
+    async def freeze_time(self, sim_ns: int) -> None:
+        """Set the sandbox's simulated time and hold it still (a DISCRETE run between jumps)."""
+        await freeze_time(self.paths.time_file, sim_ns)
+        self.last_sim_ns = sim_ns
+
     async def sim_now_ns(self) -> int:
-        """The sandbox's current simulated time as last published (flowing at wall rate)."""
-        text = await asyncio.to_thread(self.paths.time_file.read_text)
-        return time.time_ns() + _parse_offset_ns(text.strip())
+        """The sandbox's current simulated time as last published (flowing at wall rate, or frozen)."""
+        text = (await asyncio.to_thread(self.paths.time_file.read_text)).strip()
+        if text[:1] not in "+-":
+            return _parse_frozen_ns(text)
+        return time.time_ns() + _parse_offset_ns(text)
 
     async def exec(
         self,
@@ -238,6 +247,15 @@ class Sandbox:
                 "(Go and static binaries ignore libfaketime).",
                 reason="TIME_PROBE_FAILED",
             )
+
+
+def _parse_frozen_ns(text: str) -> int:
+    stamp, _, frac = text.partition(".")
+    try:
+        whole = dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
+        return int(whole.timestamp()) * _NS + int((frac or "0").ljust(9, "0")[:9])
+    except ValueError:
+        raise InvalidArgument(f"unreadable faketime time {text!r}") from None
 
 
 def _parse_offset_ns(text: str) -> int:

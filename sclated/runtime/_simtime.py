@@ -12,6 +12,7 @@ timeouts with them and break if they jump.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import tempfile
 import time
@@ -24,7 +25,9 @@ __all__ = [
     "FAKETIME_LIB",
     "SANDBOX_DIR",
     "TIME_FILE",
+    "format_frozen",
     "format_offset",
+    "freeze_time",
     "publish_time",
     "publish_time_sync",
 ]
@@ -49,6 +52,38 @@ def format_offset(offset_ns: int) -> str:
     return f"{sign}{whole}.{frac:09d}"
 
 
+def format_frozen(sim_ns: int) -> str:
+    """``YYYY-MM-DD hh:mm:ss.fffffffff``: an absolute time without ``@``, which libfaketime
+    holds still (a DISCRETE run's clock stands between jumps). Read in the process's time
+    zone; sandboxes run with TZ=UTC."""
+    whole, frac = divmod(sim_ns, _NS)
+    stamp = dt.datetime.fromtimestamp(whole, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{stamp}.{frac:09d}"
+
+
+def _write_atomic(time_file: Path, text: str) -> None:
+    # Same directory so os.replace is a rename on one filesystem: readers see the
+    # old file or the new one, never a partial write.
+    fd, tmp = tempfile.mkstemp(prefix=".faketime-", dir=time_file.parent)
+    try:
+        os.write(fd, text.encode())
+        os.fchmod(fd, 0o644)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, time_file)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+async def freeze_time(time_file: Path, sim_ns: int) -> None:
+    """Make ``sim_ns`` the sandbox's time, standing still until the next publication."""
+    if sim_ns < 0:
+        raise InvalidArgument(f"simulated time {sim_ns} is before 1970", field="sim_ns")
+    await asyncio.to_thread(_write_atomic, time_file, format_frozen(sim_ns) + "\n")
+
+
 def publish_time_sync(
     time_file: Path, sim_ns: int, *, now_ns: int | None = None, taken_mono_ns: int | None = None
 ) -> int:
@@ -66,20 +101,7 @@ def publish_time_sync(
         sim_ns += max(0, time.monotonic_ns() - taken_mono_ns)
     real = time.time_ns() if now_ns is None else now_ns
     offset = sim_ns - real
-    data = (format_offset(offset) + "\n").encode()
-    # Same directory so os.replace is a rename on one filesystem: readers see the
-    # old file or the new one, never a partial write.
-    fd, tmp = tempfile.mkstemp(prefix=".faketime-", dir=time_file.parent)
-    try:
-        os.write(fd, data)
-        os.fchmod(fd, 0o644)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, time_file)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    _write_atomic(time_file, format_offset(offset) + "\n")
     return offset
 
 

@@ -95,20 +95,12 @@ async def test_oversized_request_is_refused(api: Api) -> None:
 
 
 async def test_not_found_and_malformed_names(api: Api) -> None:
-    err = await expect_error(
-        api.stub.GetRun(pb.GetRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND
-    )
+    err = await expect_error(api.stub.GetRun(pb.GetRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND)
     assert err["sclate-field"] == "name"
-    err = await expect_error(
-        api.stub.GetRun(pb.GetRunRequest(name="missing")), grpc.StatusCode.INVALID_ARGUMENT
-    )
+    err = await expect_error(api.stub.GetRun(pb.GetRunRequest(name="missing")), grpc.StatusCode.INVALID_ARGUMENT)
     assert err["sclate-field"] == "name"
-    await expect_error(
-        api.stub.CancelRun(pb.CancelRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND
-    )
-    await expect_error(
-        api.stub.DeleteRun(pb.DeleteRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND
-    )
+    await expect_error(api.stub.CancelRun(pb.CancelRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND)
+    await expect_error(api.stub.DeleteRun(pb.DeleteRunRequest(name="runs/missing")), grpc.StatusCode.NOT_FOUND)
 
 
 async def test_pagination_visits_every_run_once(api: Api) -> None:
@@ -129,15 +121,11 @@ async def test_pagination_visits_every_run_once(api: Api) -> None:
     assert err["sclate-field"] == "page_token"
     first = await api.stub.ListRuns(pb.ListRunsRequest(page_size=3))
     err = await expect_error(
-        api.stub.ListRuns(
-            pb.ListRunsRequest(page_size=3, page_token=first.next_page_token, filter="benchmark=x")
-        ),
+        api.stub.ListRuns(pb.ListRunsRequest(page_size=3, page_token=first.next_page_token, filter="benchmark=x")),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
     assert err["sclate-field"] == "page_token"
-    await expect_error(
-        api.stub.ListRuns(pb.ListRunsRequest(page_size=-1)), grpc.StatusCode.INVALID_ARGUMENT
-    )
+    await expect_error(api.stub.ListRuns(pb.ListRunsRequest(page_size=-1)), grpc.StatusCode.INVALID_ARGUMENT)
 
 
 async def test_filters(api: Api) -> None:
@@ -185,9 +173,7 @@ async def test_cancel_delete_and_states(api: Api) -> None:
     async for ev in api.stub.WatchRun(pb.WatchRunRequest(name=run.name)):
         if ev.WhichOneof("kind") == "state" and ev.state.state == pb.RUNNING:
             break
-    await expect_error(
-        api.stub.DeleteRun(pb.DeleteRunRequest(name=run.name)), grpc.StatusCode.FAILED_PRECONDITION
-    )
+    await expect_error(api.stub.DeleteRun(pb.DeleteRunRequest(name=run.name)), grpc.StatusCode.FAILED_PRECONDITION)
     cancelled = await api.stub.CancelRun(pb.CancelRunRequest(name=run.name))
     assert cancelled.state == pb.CANCELLED
     events = await api.watch_all(run.name)
@@ -213,19 +199,14 @@ async def test_admission_keeps_extra_runs_pending_in_order(tmp_path: object) -> 
 
     from sclated.daemon import Daemon, DaemonConfig
 
-    d = Daemon(
-        DaemonConfig(state_dir=Path(str(tmp_path)) / "s", listen="127.0.0.1:0", max_running=2)
-    )
+    d = Daemon(DaemonConfig(state_dir=Path(str(tmp_path)) / "s", listen="127.0.0.1:0", max_running=2))
     await d.start()
     try:
         async with grpc.aio.insecure_channel(d.tcp_address or "") as ch:
             from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
             stub = pb_grpc.SclateStub(ch)
-            runs = [
-                await stub.CreateRun(synthetic_request(turn_ms=100, run_id=f"a{i}"))
-                for i in range(5)
-            ]
+            runs = [await stub.CreateRun(synthetic_request(turn_ms=100, run_id=f"a{i}")) for i in range(5)]
             states = [(await stub.GetRun(pb.GetRunRequest(name=r.name))).state for r in runs]
             assert states.count(pb.RUNNING) <= 2
             assert pb.PENDING in states
@@ -250,9 +231,7 @@ async def test_health_and_reflection(api: Api) -> None:
     resp = await health.Check(health_pb2.HealthCheckRequest(service="sclate.v1.Sclate"))
     assert resp.status == health_pb2.HealthCheckResponse.SERVING
     refl = reflection_pb2_grpc.ServerReflectionStub(api.channel)
-    call = refl.ServerReflectionInfo(
-        iter([reflection_pb2.ServerReflectionRequest(list_services="")])
-    )
+    call = refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
     names = [s.name async for r in call for s in r.list_services_response.service]
     assert "sclate.v1.Sclate" in names and "grpc.health.v1.Health" in names
 
@@ -299,9 +278,7 @@ async def test_tenants_are_isolated_on_every_method(
     assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     # Health stays open without a token.
     health = health_pb2_grpc.HealthStub(nobody.channel)
-    assert (
-        await health.Check(health_pb2.HealthCheckRequest())
-    ).status == health_pb2.HealthCheckResponse.SERVING
+    assert (await health.Check(health_pb2.HealthCheckRequest())).status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_tokens_reload(tenant_api: Callable[[str | None], Api]) -> None:
@@ -332,3 +309,25 @@ async def test_finished_run_has_a_report_and_delete_removes_it(api: Api) -> None
     assert report.parent.parent == api.daemon.config.state_dir / "runs" / "local" / "reported"
     await api.stub.DeleteRun(pb.DeleteRunRequest(name=run.name))
     assert not report.parent.parent.exists()
+
+
+async def test_a_harness_without_a_capability_the_scenario_needs_is_refused(api: Api) -> None:
+    """MetaClaw puts files in the workspace; the in-daemon scripted agent has none."""
+    req = pb.CreateRunRequest(
+        run=pb.Run(benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny"), agent=pb.AgentSpec(harness="scripted"))
+    )
+    err = await expect_error(api.stub.CreateRun(req), grpc.StatusCode.INVALID_ARGUMENT)
+    assert err["sclate-field"] == "run.agent.harness" and err["sclate-reason"] == "MISSING_CAPABILITY", err
+    assert (await api.stub.ListRuns(pb.ListRunsRequest())).runs == []
+
+
+async def test_a_sped_up_realtime_clock_is_refused_for_a_sandboxed_harness(api: Api) -> None:
+    req = pb.CreateRunRequest(
+        run=pb.Run(
+            benchmark=pb.BenchmarkSpec(name="synthetic"),
+            agent=pb.AgentSpec(harness="reference"),
+            clock=pb.ClockSpec(mode=pb.REALTIME, rate=2.0),
+        )
+    )
+    err = await expect_error(api.stub.CreateRun(req), grpc.StatusCode.INVALID_ARGUMENT)
+    assert err["sclate-field"] == "run.clock.rate", err

@@ -17,11 +17,14 @@ import pytest
 from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
+from adapters import AgentEnvironment
+from adapters.reference_harness import ReferenceHarness
 from sclated.bench._daemon import start_daemon_process
 from sclated.clock import ClockConfig, ClockMode, SimClock
+from sclated.model import EmbeddedModel
 from sclated.runs import Resources, RunLoop
-from sclated.runs._model_service import EmbeddedModel
-from sclated.runs._sandboxed import RunEnvironment, SandboxedHarness, SandboxServices
+from sclated.runs._sandboxed import SandboxedAgent
+from sclated.sandbox import SandboxOptions, SandboxServices
 from sclated.scheduler import At, EventSpec, Scheduler, StopRun
 from sclated.store import Store
 
@@ -182,23 +185,22 @@ async def test_sclate_wait_inside_releases_the_turn_and_jumps_the_clock(tmp_path
     services = SandboxServices(
         state_dir=tmp_path, daemon_id="sclated-waittest", store=store, model=EmbeddedModel(log_path=tmp_path / "m.log")
     )
-    turn: dict[str, Any] = {"lease": None}
     failures: list[str] = []
+    # As in a run: a turn is busy, and a wait inside the sandbox suspends it.
+    turn = loop.begin_turn("turn:test", "reference", start)
 
-    def set_turn(lease: Any) -> None:
-        turn["lease"] = lease
+    async def wait(until_ns: int) -> int:
+        async with turn.suspended(until_ns) as woke:
+            return woke
 
-    env = RunEnvironment(
+    env = AgentEnvironment(
         run_key="t/wait-test",
         tenant="t",
         run_id="wait-test",
         run_dir=Path(tempfile.mkdtemp(dir=tmp_path)),
-        sim_now=clock.now,
+        clock=clock,
         leases=clock.leases,
-        sleep_until=loop.sleep_until,
-        turn_lease=lambda: turn["lease"],
-        set_turn_lease=set_turn,
-        add_time_publisher=clock.add_publisher,
+        wait=wait,
         model_base_url="http://127.0.0.1:9",  # never called here
         model_api="openai",
         model_name="",
@@ -207,31 +209,29 @@ async def test_sclate_wait_inside_releases_the_turn_and_jumps_the_clock(tmp_path
         resume=False,
         fail_run=failures.append,
     )
-    harness = SandboxedHarness({"probe": True}, services)
+    agent = SandboxedAgent(ReferenceHarness({}), SandboxOptions(probe=True), services)
     loop_task: asyncio.Task[Any] | None = None
     try:
-        # As in a run: the sandbox is ready and a turn is busy before the loop starts.
-        await harness.prepare(env)
-        set_turn(clock.leases.acquire("turn:test", "reference"))
+        await agent.prepare(env)
         loop_task = asyncio.create_task(loop.run())
         wall0 = time.monotonic()
-        res = await harness.exec_in_workspace('sclate-wait --for 3h && date -u +%s', timeout_s=60)
+        res = await agent.exec('sclate-wait --for 3h && date -u +%s', timeout_s=60)
         assert res[0] == 0, res[1]
         inside_s = int(res[1].strip().splitlines()[-1])
         assert time.monotonic() - wall0 < 30  # three simulated hours, not three real ones
         assert clock.now() >= start + 3 * H
         assert abs(inside_s - (start + 3 * H) / 1e9) < 60  # the sandbox saw the new time
         assert clock.jumps >= 1
-        # The turn goes on after the wait, under a fresh lease the turn owner releases.
-        assert turn["lease"] is not None and clock.leases.is_held(turn["lease"])
-        bad = await harness.exec_in_workspace("sclate-wait --for soon", timeout_s=30)
+        # The turn goes on after the wait: busy again, under the lease the loop took at the wake-up.
+        assert turn.busy and turn.waits == 1
+        bad = await agent.exec("sclate-wait --for soon", timeout_s=30)
         assert bad[0] != 0 and "soon" in bad[1]
-        clock.leases.release(turn["lease"])
+        turn.end()
     finally:
         loop.request_stop("test done")
         if loop_task is not None:
             await loop_task
-        await harness.close()
+        await agent.close()
         await services.close()
         await store.close()
     assert await _containers_of("wait-test") == []

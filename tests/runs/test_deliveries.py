@@ -4,17 +4,17 @@ delays never clamped. Each check is shown to bite with a deliberately broken clo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from adapters import TurnResult
+from adapters import AgentEnvironment, InProcessAgent, TurnResult
 from adapters.synthetic import SyntheticBenchmark
 from sclated.runs import AgentEntry, Registry, RunSpec, RunWorker
 from sclated.runs._deliveries import Delivery, DeliveryLog
-from sclated.scheduler import DeliverPrompt, EventSource
+from sclated.scheduler import DeliverPrompt
 
 H = 3_600_000_000_000
 
@@ -40,7 +40,7 @@ def test_a_redelivery_replaces_the_first_and_survives_json() -> None:
     assert s["deliveries"] == 1 and s["early_deliveries"] == 0 and s["delivery_delay_ms_max"] == 3.0
 
 
-class ClockedAgent:
+class ClockedAgent(InProcessAgent):
     """Test double of a sandboxed harness: it reads its own clock the way a process under
     libfaketime does (real time plus the last published offset) and reports receipts."""
 
@@ -54,13 +54,13 @@ class ClockedAgent:
     def name(self) -> str:
         return "clocked"
 
-    async def prepare(self, env: Any) -> None:
+    async def prepare(self, env: AgentEnvironment) -> None:
         async def publisher(sim_ns: int) -> None:
             self.publications += 1
             self._offset_ns = self._publish(sim_ns, self.publications) - time.time_ns()
 
-        env.add_time_publisher(publisher)
-        await publisher(env.sim_now())
+        env.clock.add_publisher(publisher)
+        await publisher(env.clock.now())
 
     async def start_session(self, session: str) -> None:
         pass
@@ -79,14 +79,6 @@ class ClockedAgent:
             received_seq=self._received,
         )
 
-    async def save_state(self, dest: Path) -> None:
-        pass
-
-    async def restore_state(self, src: Path) -> None:
-        pass
-
-    def routines(self) -> Sequence[EventSource]:
-        return ()
 
 
 class _Sink:

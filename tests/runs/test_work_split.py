@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from adapters import TurnResult
+from adapters import InProcessAgent, TurnResult
 from adapters.synthetic import SyntheticBenchmark
 from sclated.runs import AgentEntry, Registry, RunSpec, RunWorker
-from sclated.scheduler import DeliverPrompt, EventSource
+from sclated.scheduler import DeliverPrompt
 
 
-class SlowPartsAgent:
+class SlowPartsAgent(InProcessAgent):
     """Test double: turns and session starts take the wall time it is told to."""
 
     def __init__(self, turn_s: float, start_s: float) -> None:
@@ -42,14 +41,6 @@ class SlowPartsAgent:
         await asyncio.sleep(self._turn_s)
         return TurnResult(reply="ok", started_ns=0, ended_ns=0, received_wall_ns=received)
 
-    async def save_state(self, dest: Path) -> None:
-        pass
-
-    async def restore_state(self, src: Path) -> None:
-        pass
-
-    def routines(self) -> Sequence[EventSource]:
-        return ()
 
 
 class _Sink:

@@ -21,7 +21,8 @@ import aiohttp
 import pytest
 
 from sclated.errors import ModelUnavailable
-from sclated.runs._model_service import EmbeddedModel, _pick_port
+from sclated.model import EmbeddedModel
+from sclated.model._service import _pick_port
 from sclated.runtime import ModelBridge
 
 # Dies by SIGSEGV on its first N starts, counted in a file, then answers /health.

@@ -30,13 +30,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import aiohttp
 
 from sclated.errors import ModelUnavailable
 
-__all__ = ["EmbeddedModel", "ModelState", "ModelStatus", "chat_once"]
+__all__ = ["EmbeddedModel", "ModelState", "ModelStatus"]
 
 log = logging.getLogger("sclated.model")
 
@@ -486,30 +486,3 @@ class EmbeddedModel:
             return f"(the log could not be read: {exc})"
         lines = data.decode(errors="replace").splitlines()
         return "\n".join(lines[-_TAIL_LINES:]) or "(the log is empty)"
-
-
-async def chat_once(base_url: str, prompt: str, *, model: str = "", max_tokens: int = 16, api_key: str = "") -> str:
-    """One non-streaming chat call (the LongMemEval judge); temperature 0."""
-    body: dict[str, Any] = {
-        "model": model or "default",
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    }
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    url = base_url.rstrip("/")
-    if not url.endswith("/v1"):
-        url += "/v1"
-    try:
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(
-                f"{url}/chat/completions", json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=300)
-            ) as resp,
-        ):
-            data = await resp.json()
-            if resp.status != 200:
-                raise ModelUnavailable(f"judge endpoint answered {resp.status}: {str(data)[:300]}")
-    except aiohttp.ClientError as exc:
-        raise ModelUnavailable(f"judge endpoint {base_url} unreachable: {exc}") from exc
-    return str(data["choices"][0]["message"].get("content") or "")

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from sclated.runs import _report
-from sclated.runs._report import ReportPaths, Timeline, write_report
+from sclated.report import ReportPaths, Timeline, _report, write_report
 
 DAY = 86_400 * 10**9
 T0 = 1_700_000_000 * 10**9

@@ -1,0 +1,571 @@
+"""One run's sandbox, wired: container, model bridge, control socket, capture, time.
+
+A :class:`SandboxSession` owns everything between a run and the harness in
+its container, and nothing harness-specific:
+
+- the run's control directory (a short host path, mounted at ``/run/sclate``)
+  with its control socket (capture records and clock leases from the proxy,
+  ``sclate-wait``) and the libfaketime timestamp file;
+- the model bridge from the sandbox's model socket to the run's endpoint (the
+  embedded model is found again at each connection, so it may restart);
+- the container: created fresh, adopted after a daemon restart, or restored
+  from a snapshot; the capture proxy running in it;
+- simulated time published to it on every jump, in the clock's mode;
+- at close: the proxy drained (what it could not deliver is stored here) and
+  the container removed, or left running for a resumed run to adopt.
+
+The harness gets a :class:`adapters.SandboxAccess` view of it (commands,
+channels, the proxy's endpoints). Harnesses declare what they are
+(:class:`adapters.HarnessDeclaration`); the runs room puts the two together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shlex
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from adapters import ExecOutput, LineChannel, ProxyEndpoints, RunClock
+from sclated.capture import CallRecord, CaptureSink, LeaseHolder
+from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, RuntimeUnavailable, SclateError
+from sclated.model import EmbeddedModel
+from sclated.runtime import (
+    LABEL_RUN,
+    LABEL_TENANT,
+    DockerRuntime,
+    Limits,
+    ModelBridge,
+    Runtime,
+    Sandbox,
+    SandboxManager,
+    SandboxSpec,
+    SnapshotInfo,
+    image_ref,
+    publish_time,
+    restore,
+    snapshot,
+)
+from sclated.sandbox._control import ControlServer
+from sclated.sandbox._proxy import PROXY_LOG, ROLE_PORTS, SPOOL_DIR, endpoints_for, mitmdump_command
+from sclated.store import Store
+
+__all__ = ["SandboxOptions", "SandboxServices", "SandboxSession", "SessionStart", "short_sockets_dir"]
+
+log = logging.getLogger("sclated.sandbox")
+
+WaitHandler = Callable[[int], Awaitable[int]]
+"""``until_ns`` -> the simulated time the waiter woke at (see RunLoop turns)."""
+
+
+class SessionStart(enum.Enum):
+    FRESH = "fresh"
+    """A new container (an old one of the run, if any, is removed)."""
+    ADOPT = "adopt"
+    """The run's container outlived the previous daemon process: take it over."""
+    RESTORE = "restore"
+    """A new container from a snapshot's committed image and archives."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxOptions:
+    """The run options every sandboxed harness accepts (the rest are the harness's own)."""
+
+    probe: bool = True
+    """Check simulated time inside when the container starts."""
+    model_grace_s: float = 120.0
+    """How long the model endpoint may stay unreachable before the run fails."""
+
+    KEYS = frozenset({"probe", "model_grace_s"})
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> SandboxOptions:
+        probe = options.get("probe", True)
+        if not isinstance(probe, bool):
+            raise InvalidArgument("probe must be true or false", field="run.agent.options.probe")
+        grace = options.get("model_grace_s", 120)
+        if not isinstance(grace, int | float) or isinstance(grace, bool) or not 1 <= grace <= 86_400:
+            raise InvalidArgument("model_grace_s must be in [1, 86400]", field="run.agent.options.model_grace_s")
+        return cls(probe=probe, model_grace_s=float(grace))
+
+
+def short_sockets_dir(state_dir: Path) -> Path:
+    """$RUNTIME_DIRECTORY under systemd, else the temp dir; one per state directory.
+
+    Unix socket paths are limited to 107 bytes whatever the state directory
+    is, so control directories live under a short path of their own.
+    """
+    base = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or tempfile.gettempdir()
+    return Path(base) / f"sclated-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]}"
+
+
+@dataclass(slots=True)
+class SandboxServices:
+    """Daemon-wide parts sandboxed runs share; the engine is connected on first use."""
+
+    state_dir: Path
+    daemon_id: str
+    store: Store
+    model: EmbeddedModel
+    sockets_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "sclated-sockets")
+    _runtime: Runtime | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def runtime(self) -> Runtime:
+        async with self._lock:
+            if self._runtime is None:
+                try:
+                    self._runtime = await DockerRuntime.connect(self.daemon_id)
+                except SclateError as exc:
+                    raise RuntimeUnavailable(
+                        f"the Docker engine is not available for sandboxed agents: {exc.message}. "
+                        "Start it (`make system` does) and check `sclated doctor`."
+                    ) from exc
+            return self._runtime
+
+    def control_dir(self, run_key: str) -> Path:
+        return self.sockets_dir / hashlib.sha256(run_key.encode()).hexdigest()[:16]
+
+    async def close(self) -> None:
+        if self._runtime is not None:
+            await self._runtime.close()
+            self._runtime = None
+        await self.model.close()
+
+
+class _StoreRecords:
+    """The capture sink's RecordStore, on the daemon's SQLite store."""
+
+    def __init__(self, store: Store, run_key: str) -> None:
+        self._store = store
+        self._run_key = run_key
+
+    async def put(self, record: CallRecord) -> bool:
+        return await self._store.put_call(self._run_key, record.call_id, record.role, record.to_json())
+
+    async def list(self, run: str) -> list[CallRecord]:
+        return [CallRecord.from_json(r) for r in await self._store.calls(self._run_key)]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    run_key: str
+    tenant: str
+    run_id: str
+    image: str
+    """An image recipe name (resolved to its content-hashed tag)."""
+    model_base_url: str
+    """Empty: the daemon's embedded model."""
+    model_name: str
+    limits: Limits
+    options: SandboxOptions
+    state_dirs: tuple[str, ...] = ("/workspace", "/memory")
+
+
+class _Channel:
+    """A LineChannel over a runtime exec stream."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    async def send(self, line: str) -> None:
+        await self._stream.send(line)
+
+    async def readline(self) -> str:
+        line: str = await self._stream.readline()
+        return line
+
+    async def close(self) -> None:
+        await self._stream.close()
+
+
+class SandboxSession:
+    """The sandbox of one run (see the module docstring). Open once, close once."""
+
+    def __init__(
+        self,
+        services: SandboxServices,
+        config: SessionConfig,
+        *,
+        clock: RunClock,
+        leases: LeaseHolder,
+        on_wait: WaitHandler,
+        fail_run: Callable[[str], None],
+    ) -> None:
+        self._services = services
+        self.config = config
+        self._clock = clock
+        self._leases = leases
+        self._on_wait = on_wait
+        self._fail_run = fail_run
+        self._secret = secrets.token_hex(16)
+        self._runtime: Runtime | None = None
+        self._sandbox: Sandbox | None = None
+        self._bridge: ModelBridge | None = None
+        self._control: ControlServer | None = None
+        self._sink: CaptureSink | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._endpoint_label = ""
+        self.endpoints: ProxyEndpoints = endpoints_for(config.run_id, self._secret, config.model_name)
+        self.capture_report: dict[str, Any] = {}
+        """How the proxy's records were handed over at close (calls_lost, recovered, drain)."""
+
+    # -- opening ----------------------------------------------------------------------------
+    @property
+    def control_dir(self) -> Path:
+        return self._services.control_dir(self.config.run_key)
+
+    async def open(
+        self,
+        start: SessionStart,
+        *,
+        env: Callable[[ProxyEndpoints], Mapping[str, str]],
+        snapshot_dir: Path | None = None,
+    ) -> None:
+        """Start the control socket, the bridge and the container; publish time; wait for the proxy.
+
+        ``env``: the harness's environment for the proxy's endpoints (every
+        process started in the sandbox gets it). Nothing is left behind on failure.
+        """
+        if self._clock.mode_name == "realtime" and self._clock.rate != 1.0:
+            raise InvalidArgument(
+                f"a REALTIME clock at rate {self._clock.rate} cannot drive a sandbox: libfaketime's speed "
+                "factor counts from each process's own start, so processes in one sandbox would disagree; "
+                "use a HYBRID clock, or REALTIME at rate 1",
+                field="run.clock.rate",
+            )
+        try:
+            await self._open(start, env=env, snapshot_dir=snapshot_dir)
+        except BaseException:
+            await asyncio.shield(self.close(keep=start is SessionStart.ADOPT))
+            raise
+
+    async def _open(
+        self, start: SessionStart, *, env: Callable[[ProxyEndpoints], Mapping[str, str]], snapshot_dir: Path | None
+    ) -> None:
+        cfg = self.config
+        runtime = self._runtime = await self._services.runtime()
+        manager = SandboxManager(runtime)
+        paths = manager.paths_for(self.control_dir)
+        await asyncio.to_thread(paths.create)
+        await self._start_bridge(paths.model_socket)
+        self._sink = CaptureSink(_StoreRecords(self._services.store, cfg.run_key), self._leases)
+        self._control = ControlServer(paths.control_socket, self._handlers())
+        await self._control.start()
+        spec = manager.spec_for(
+            image=await _image_ref(cfg.image),
+            run=cfg.run_id,
+            tenant=cfg.tenant,
+            run_dir=self.control_dir,
+            env={**env(self.endpoints), "SCLATE_RUN_SECRET": self._secret, "SCLATE_SPOOL": SPOOL_DIR},
+            limits=cfg.limits,
+            command=["sh", "-c", f"{mitmdump_command()} >{PROXY_LOG} 2>&1 & exec sleep infinity"],
+        )
+        existing = [
+            c
+            for c in await runtime.list_containers({LABEL_RUN: cfg.run_id})
+            if c.labels.get(LABEL_TENANT) == cfg.tenant
+        ]
+        if start is SessionStart.ADOPT and existing and existing[0].state in ("running", "paused"):
+            # The container outlived the previous daemon process: the workspace
+            # and memory are exactly as the agent left them.
+            self._sandbox = await manager.attach(existing[0], spec, self.control_dir)
+            if existing[0].state == "paused":
+                await self._sandbox.unpause()
+        else:
+            for stale in existing:
+                with contextlib.suppress(SclateError):
+                    await runtime.remove(stale.id)
+            if start is SessionStart.RESTORE:
+                if snapshot_dir is None:
+                    raise InvalidArgument("a restore needs a snapshot directory", field="snapshot_dir")
+                self._sandbox = await self._restored(runtime, manager, spec, snapshot_dir)
+            else:
+                self._sandbox = await manager.create(
+                    spec, self.control_dir, sim_ns=self._clock.now(), probe=cfg.options.probe
+                )
+        await self.publish_time(self._clock.now())
+        self._clock.add_publisher(self.publish_time)
+        await self._wait_for_proxy()
+        self._watch = asyncio.get_running_loop().create_task(self._watch_model(), name=f"model-watch:{cfg.run_key}")
+
+    async def _start_bridge(self, socket_path: Path) -> None:
+        cfg, model = self.config, self._services.model
+        if cfg.model_base_url:
+            parts = urlsplit(cfg.model_base_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise InvalidArgument(
+                    f"model endpoint {cfg.model_base_url!r} is not an http(s) URL", field="run.agent.model.base_url"
+                )
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            self._bridge = ModelBridge(socket_path, parts.hostname, port, tls=parts.scheme == "https")
+            self._endpoint_label = cfg.model_base_url
+            self.endpoints = endpoints_for(cfg.run_id, self._secret, cfg.model_name, parts.path)
+        else:
+            # The embedded model may restart (on another port): found again at each connection.
+            self._bridge = ModelBridge(socket_path, resolve=model.endpoint, explain_drop=model.explain_drop)
+            self._endpoint_label = f"of the embedded model ({await model.url()})"
+        await self._bridge.start()
+
+    async def _restored(self, runtime: Runtime, manager: SandboxManager, spec: SandboxSpec, snap: Path) -> Sandbox:
+        """A fresh container from a snapshot, the run's time published before its first process."""
+        info = await SnapshotInfo.load(snap / "sandbox")
+        paths = manager.paths_for(self.control_dir)
+        await publish_time(paths.time_file, self._clock.now())
+        container = await restore(runtime, info, spec)
+        sandbox = Sandbox(runtime, container, spec, paths)
+        if self.config.options.probe:
+            try:
+                await sandbox.probe_time()
+            except BaseException:
+                with contextlib.suppress(SclateError):
+                    await asyncio.shield(sandbox.remove())
+                raise
+        return sandbox
+
+    async def _wait_for_proxy(self) -> None:
+        probe = (
+            "import socket,sys,time\n"
+            "for _ in range(300):\n"
+            "    try:\n"
+            f"        socket.create_connection(('127.0.0.1', {ROLE_PORTS['agent']}), 0.2).close(); sys.exit(0)\n"
+            "    except OSError: time.sleep(0.05)\n"
+            "sys.exit(1)\n"
+        )
+        sandbox = self._require()
+        res = await sandbox.exec(["python3", "-c", probe], timeout_s=30)
+        if res.exit_code != 0:
+            tail = await sandbox.sh(f"tail -n 20 {PROXY_LOG}", timeout_s=10)
+            raise FailedPrecondition(
+                "the capture proxy in the sandbox did not start listening within 15 s: "
+                f"{tail.stdout.decode(errors='replace').strip()[-800:]}"
+            )
+
+    # -- time --------------------------------------------------------------------------------
+    async def publish_time(self, sim_ns: int) -> None:
+        """The sandbox's clock: flowing with the run's (HYBRID, REALTIME) or frozen (DISCRETE)."""
+        sandbox = self._require()
+        if self._clock.mode_name == "discrete":
+            await sandbox.freeze_time(sim_ns)
+        else:
+            await sandbox.publish_time(sim_ns)
+
+    # -- the control socket ----------------------------------------------------------------
+    def _handlers(self) -> dict[str, Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]]:
+        sink, run_id = self._sink, self.config.run_id
+        assert sink is not None
+
+        async def hello(msg: Mapping[str, Any]) -> dict[str, Any]:
+            return {"run": run_id}
+
+        async def call_start(msg: Mapping[str, Any]) -> dict[str, Any]:
+            return await sink.on_call_start(run_id, dict(msg))
+
+        async def call_end(msg: Mapping[str, Any]) -> dict[str, Any]:
+            return await sink.on_call_end(run_id, dict(msg))
+
+        async def record(msg: Mapping[str, Any]) -> dict[str, Any]:
+            return await sink.on_record(run_id, dict(msg))
+
+        async def wait(msg: Mapping[str, Any]) -> dict[str, Any]:
+            now = self._clock.now()
+            if isinstance(msg.get("until_ns"), int):
+                until = int(msg["until_ns"])
+            elif isinstance(msg.get("for_ns"), int) and msg["for_ns"] >= 0:
+                until = now + int(msg["for_ns"])
+            else:
+                raise InvalidArgument("wait needs until_ns or a non-negative for_ns (integers)", field="until_ns")
+            return {"woke_ns": await self._on_wait(max(until, now))}
+
+        return {"hello": hello, "call_start": call_start, "call_end": call_end, "record": record, "wait": wait}
+
+    # -- what a harness may do inside (adapters.SandboxAccess) ---------------------------------
+    def _require(self) -> Sandbox:
+        if self._sandbox is None:
+            raise FailedPrecondition("the sandbox is not running", reason="NO_SANDBOX")
+        return self._sandbox
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 120.0,
+        workdir: str | None = None,
+    ) -> ExecOutput:
+        res = await self._require().exec(list(argv), env=env, workdir=workdir, timeout_s=timeout_s)
+        return ExecOutput(res.exit_code, (res.stdout + res.stderr)[-8000:].decode(errors="replace"))
+
+    async def open_channel(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LineChannel:
+        sandbox, runtime = self._require(), self._runtime
+        assert runtime is not None
+        return _Channel(await runtime.exec_stream(sandbox.id, list(argv), env=env))
+
+    async def put_dir(self, src: Path, dest: str) -> None:
+        """Copy a host directory's contents into the sandbox at ``dest`` (a day's files)."""
+        sandbox, runtime = self._require(), self._runtime
+        assert runtime is not None
+        with tempfile.TemporaryDirectory(prefix="sclate-seed-") as tmp:
+            tar_path = Path(tmp) / "seed.tar"
+            await asyncio.to_thread(_tar_dir, src, tar_path)
+            await sandbox.sh(f"mkdir -p {shlex.quote(dest)}", timeout_s=30)
+            await runtime.put_archive(sandbox.id, dest, tar_path)
+
+    # -- snapshots ---------------------------------------------------------------------------
+    async def snapshot(self, dest: Path, *, on_paused: Callable[[], Awaitable[None]] | None = None) -> SnapshotInfo:
+        """Freeze the container, commit it and archive its state directories into ``dest``."""
+        sandbox, runtime = self._require(), self._runtime
+        assert runtime is not None
+        return await snapshot(runtime, sandbox.info, dest, state_dirs=self.config.state_dirs, on_paused=on_paused)
+
+    @staticmethod
+    async def check_restorable(runtime: Runtime, snapshot_dir: Path) -> None:
+        """NotFound unless a sandbox can be made from ``snapshot_dir`` (image and archives present)."""
+        info = await SnapshotInfo.load(snapshot_dir / "sandbox")
+        missing = [tar for _, tar in info.archives if not await asyncio.to_thread(Path(tar).is_file)]
+        if missing:
+            raise NotFound(f"snapshot archive(s) {', '.join(missing)} are gone; pick another snapshot")
+        if not await runtime.image_exists(info.image):
+            raise NotFound(f"snapshot image {info.image} is not on this engine (removed?); pick another snapshot")
+
+    # -- the model endpoint's health -------------------------------------------------------------
+    def _model_log_hint(self) -> str:
+        if self.config.model_base_url:
+            return "the daemon's log (journalctl -u sclated, or the log of the sclated process)"
+        return f"the embedded model's log {self._services.model.status.log_path}"
+
+    async def _watch_model(self, every_s: float = 2.0) -> None:
+        """Fail the run once its model endpoint has stayed unreachable past the grace period."""
+        bridge, grace = self._bridge, self.config.options.model_grace_s
+        assert bridge is not None
+        while True:
+            await asyncio.sleep(every_s)
+            if bridge.unreachable_for_s() < grace:
+                continue
+            if await bridge.probe():  # fresh evidence before failing a run
+                continue
+            self._fail_run(
+                f"the model endpoint {self._endpoint_label} stayed unreachable for more than {grace:.0f} s "
+                f"({bridge.stats.last_error or 'no answer'}); see {self._model_log_hint()}"
+            )
+            return
+
+    def _check_model_was_reached(self) -> None:
+        """At close: a model endpoint that never answered fails the run, however short it was."""
+        bridge = self._bridge
+        if bridge is None:
+            return
+        stats = bridge.stats
+        if stats.failed and not stats.reached and stats.failing_since is not None:
+            self._fail_run(
+                f"the model endpoint {self._endpoint_label} was never reached: all {stats.failed} "
+                f"connection(s) failed ({stats.last_error}); see {self._model_log_hint()}"
+            )
+
+    # -- closing -------------------------------------------------------------------------------
+    async def close(self, *, keep: bool = False) -> None:
+        """Drain the proxy and remove the container; ``keep``: leave it running for a resumed run."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+        if not keep:
+            self._check_model_was_reached()
+            if self._sandbox is not None and self._control is not None and self._sink is not None:
+                # While the control socket still serves: the proxy hands over what it holds.
+                self.capture_report = await self._drain_capture()
+        self._clock.remove_publisher(self.publish_time)
+        if self._control is not None:
+            await self._control.close()
+            self._control = None
+        if self._bridge is not None:
+            await self._bridge.close()
+            self._bridge = None
+        if not keep:
+            if self._sandbox is not None:
+                with contextlib.suppress(SclateError):
+                    await self._sandbox.remove()
+            await asyncio.to_thread(_rmtree, self.control_dir)
+        self._sandbox = None
+
+    async def _drain_capture(self, grace_s: float = 10.0) -> dict[str, Any]:
+        """Stop the proxy cleanly and store every record it could not deliver.
+
+        Records left in the spool are read out and stored here (idempotent by
+        call id); one the daemon had rejected as invalid, or one that cannot be
+        read back, is lost and counted as such.
+        """
+        sandbox, sink = self._require(), self._sink
+        assert sink is not None
+        report: dict[str, Any] = {"calls_lost": 0, "calls_recovered_at_close": 0, "drain": "ok"}
+        try:
+            res = await sandbox.exec(
+                ["sclate-capture-drain", SPOOL_DIR, "--grace", str(grace_s)], timeout_s=grace_s + 20
+            )
+        except SclateError as exc:
+            report["drain"] = f"failed: {exc.message}"
+            log.warning("run %s: capture drain failed: %s", self.config.run_key, exc.message)
+            return report
+        done = False
+        for line in res.stdout.decode(errors="replace").splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if item.get("done"):
+                done = True
+                if not item.get("proxy_exited"):
+                    report["drain"] = "the capture proxy did not exit within the grace period"
+            elif item.get("rejected"):
+                report["calls_lost"] += 1
+            elif isinstance(item.get("record"), str):
+                try:
+                    stored = await sink.on_record(self.config.run_id, {"record": item["record"]})
+                except SclateError as exc:
+                    log.error("run %s: spooled record %s is invalid: %s", self.config.run_key, item.get("call_id"), exc)
+                    report["calls_lost"] += 1
+                    continue
+                if stored.get("stored"):
+                    report["calls_recovered_at_close"] += 1
+        if not done:
+            err = res.stderr.decode(errors="replace")[-300:]
+            report["drain"] = f"failed: the drain tool exited {res.exit_code}: {err}"
+        if report["calls_lost"] or report["drain"] != "ok":
+            log.warning("run %s: capture at close: %s", self.config.run_key, report)
+        return report
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _tar_dir(src: Path, out: Path) -> None:
+    if not src.is_dir():
+        raise InvalidArgument(f"workspace seed {str(src)!r} is not a directory", field="workspace_seed")
+    with tarfile.open(out, "w") as tar:
+        for child in sorted(src.iterdir()):
+            tar.add(child, arcname=child.name)
+
+
+async def _image_ref(name: str) -> str:
+    try:
+        return await image_ref(name)
+    except SclateError as exc:
+        raise FailedPrecondition(
+            f"image {name!r} is not built: run `sclated images build` (make images). {exc.message}",
+            reason="IMAGE_MISSING",
+        ) from exc
