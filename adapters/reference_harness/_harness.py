@@ -21,11 +21,15 @@ from adapters import (
     TurnResult,
 )
 from adapters.reference_harness._adapter import CRONTAB, HarnessCronSource, ReferenceHarnessAdapter, parse_crontab
-from adapters.reference_harness.image import IMAGE_NAME
+from adapters.reference_harness.image import IMAGE_NAME, register_image
 from sclated.errors import FailedPrecondition, InvalidArgument
 from sclated.scheduler import DeliverPrompt, EventSource
 
 __all__ = ["DECLARATION", "ReferenceHarness"]
+
+# The image goes with the declaration: wherever the harness can be used, the
+# builder and the sandbox know its recipe.
+register_image()
 
 DECLARATION = HarnessDeclaration(
     name="reference",

@@ -34,6 +34,7 @@ from sclated.runtime._simtime import (
     freeze_time,
     publish_time,
 )
+from sclated.runtime._snapshot import SnapshotInfo, restore
 from sclated.runtime._spec import (
     ContainerInfo,
     ExecResult,
@@ -337,16 +338,7 @@ class SandboxManager:
     ) -> Sandbox:
         """Lay out ``run_dir/sandbox``, publish ``sim_ns``, create and start the container,
         then (``probe``) check simulated time inside. Nothing is left behind on failure."""
-        paths = self.paths_for(run_dir)
-        if not any(m.source == str(paths.root) and m.target == SANDBOX_DIR for m in spec.mounts):
-            raise InvalidArgument(
-                "spec does not mount the run's sandbox directory at /run/sclate; "
-                "build it with SandboxManager.spec_for(...)",
-                field="mounts",
-            )
-        await asyncio.to_thread(paths.create)
-        # Before start: the first process inside must already see simulated time.
-        await publish_time(paths.time_file, sim_ns)
+        paths = await self._prepared(spec, run_dir, sim_ns)
         info = await self.runtime.create(spec)
         sandbox = Sandbox(self.runtime, info, spec, paths)
         sandbox.last_sim_ns = sim_ns
@@ -359,6 +351,37 @@ class SandboxManager:
                 await asyncio.shield(sandbox.remove())
             raise
         return sandbox
+
+    async def restore(
+        self, snapshot: SnapshotInfo, spec: SandboxSpec, run_dir: Path, *, sim_ns: int, probe: bool = True
+    ) -> Sandbox:
+        """A fresh, started container from a snapshot (its committed image and archives), seeing
+        ``sim_ns`` from its first process; then (``probe``) simulated time is checked inside."""
+        paths = await self._prepared(spec, run_dir, sim_ns)
+        info = await restore(self.runtime, snapshot, spec)
+        sandbox = Sandbox(self.runtime, info, spec, paths)
+        sandbox.last_sim_ns = sim_ns
+        try:
+            if probe:
+                await sandbox.probe_time()
+        except BaseException:
+            with contextlib.suppress(SclateError):
+                await asyncio.shield(sandbox.remove())
+            raise
+        return sandbox
+
+    async def _prepared(self, spec: SandboxSpec, run_dir: Path, sim_ns: int) -> SandboxPaths:
+        paths = self.paths_for(run_dir)
+        if not any(m.source == str(paths.root) and m.target == SANDBOX_DIR for m in spec.mounts):
+            raise InvalidArgument(
+                "spec does not mount the run's sandbox directory at /run/sclate; "
+                "build it with SandboxManager.spec_for(...)",
+                field="mounts",
+            )
+        await asyncio.to_thread(paths.create)
+        # Before start: the first process inside must already see simulated time.
+        await publish_time(paths.time_file, sim_ns)
+        return paths
 
     async def attach(self, info: ContainerInfo, spec: SandboxSpec, run_dir: Path) -> Sandbox:
         """A Sandbox for an adopted container (after a daemon restart)."""

@@ -52,11 +52,8 @@ from sclated.runtime import (
     Runtime,
     Sandbox,
     SandboxManager,
-    SandboxSpec,
     SnapshotInfo,
     image_ref,
-    publish_time,
-    restore,
     snapshot,
 )
 from sclated.sandbox._control import ControlServer
@@ -292,7 +289,10 @@ class SandboxSession:
             if start is SessionStart.RESTORE:
                 if snapshot_dir is None:
                     raise InvalidArgument("a restore needs a snapshot directory", field="snapshot_dir")
-                self._sandbox = await self._restored(runtime, manager, spec, snapshot_dir)
+                info = await SnapshotInfo.load(snapshot_dir / "sandbox")
+                self._sandbox = await manager.restore(
+                    info, spec, self.control_dir, sim_ns=self._clock.now(), probe=cfg.options.probe
+                )
             else:
                 self._sandbox = await manager.create(
                     spec, self.control_dir, sim_ns=self._clock.now(), probe=cfg.options.probe
@@ -319,22 +319,6 @@ class SandboxSession:
             self._bridge = ModelBridge(socket_path, resolve=model.endpoint, explain_drop=model.explain_drop)
             self._endpoint_label = f"of the embedded model ({await model.url()})"
         await self._bridge.start()
-
-    async def _restored(self, runtime: Runtime, manager: SandboxManager, spec: SandboxSpec, snap: Path) -> Sandbox:
-        """A fresh container from a snapshot, the run's time published before its first process."""
-        info = await SnapshotInfo.load(snap / "sandbox")
-        paths = manager.paths_for(self.control_dir)
-        await publish_time(paths.time_file, self._clock.now())
-        container = await restore(runtime, info, spec)
-        sandbox = Sandbox(runtime, container, spec, paths)
-        if self.config.options.probe:
-            try:
-                await sandbox.probe_time()
-            except BaseException:
-                with contextlib.suppress(SclateError):
-                    await asyncio.shield(sandbox.remove())
-                raise
-        return sandbox
 
     async def _wait_for_proxy(self) -> None:
         probe = (

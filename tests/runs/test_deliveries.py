@@ -4,17 +4,17 @@ delays never clamped. Each check is shown to bite with a deliberately broken clo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from adapters import AgentEnvironment, InProcessAgent, TurnResult
-from adapters.synthetic import SyntheticBenchmark
-from sclated.runs import AgentEntry, Registry, RunSpec, RunWorker
+from sclated.runs import RunWorker
 from sclated.runs._deliveries import Delivery, DeliveryLog
 from sclated.scheduler import DeliverPrompt
+from tests.runs.doubles import NullSink, synthetic_with
 
 H = 3_600_000_000_000
 
@@ -80,33 +80,9 @@ class ClockedAgent(InProcessAgent):
         )
 
 
-
-class _Sink:
-    def emit(self, kind: str, payload: dict[str, Any], sim_ns: int) -> None:
-        pass
-
-    def journal(self, entry: dict[str, Any]) -> None:
-        pass
-
-    def progress(self, sim_ns: int) -> None:
-        pass
-
-
 async def _run(tmp_path: Path, publish: Callable[[int, int], int]) -> dict[str, Any]:
-    registry = Registry()
-    registry.add_benchmark(SyntheticBenchmark())
-
-    def factory(options: Mapping[str, Any]) -> ClockedAgent:
-        return ClockedAgent(publish)
-
-    registry.add_agent(AgentEntry("clocked", "test double", sandboxed=False, factory=factory))
-    spec = RunSpec.from_dict(
-        {
-            "benchmark": {"name": "synthetic", "options": {"days": 2, "events_per_day": 3}},
-            "agent": {"harness": "clocked"},
-        }
-    )
-    worker = RunWorker("local/deliveries", spec, registry, _Sink(), run_dir=tmp_path)
+    registry, spec = synthetic_with("clocked", lambda options: ClockedAgent(publish), days=2, events_per_day=3)
+    worker = RunWorker("local/deliveries", spec, registry, NullSink(), run_dir=tmp_path)
     outcome = await worker.run()
     assert outcome.state == "SUCCEEDED", outcome.reason
     scheduler: dict[str, Any] = outcome.results["scheduler"]

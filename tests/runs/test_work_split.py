@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from adapters import InProcessAgent, TurnResult
-from adapters.synthetic import SyntheticBenchmark
-from sclated.runs import AgentEntry, Registry, RunSpec, RunWorker
+from sclated.runs import RunWorker
 from sclated.scheduler import DeliverPrompt
+from tests.runs.doubles import NullSink, synthetic_with
 
 
 class SlowPartsAgent(InProcessAgent):
@@ -42,33 +41,11 @@ class SlowPartsAgent(InProcessAgent):
         return TurnResult(reply="ok", started_ns=0, ended_ns=0, received_wall_ns=received)
 
 
-
-class _Sink:
-    def emit(self, kind: str, payload: dict[str, Any], sim_ns: int) -> None:
-        pass
-
-    def journal(self, entry: dict[str, Any]) -> None:
-        pass
-
-    def progress(self, sim_ns: int) -> None:
-        pass
-
-
 async def _split(turn_s: float, start_s: float) -> dict[str, Any]:
-    registry = Registry()
-    registry.add_benchmark(SyntheticBenchmark())
-
-    def factory(options: Mapping[str, Any]) -> SlowPartsAgent:
-        return SlowPartsAgent(turn_s, start_s)
-
-    registry.add_agent(AgentEntry("slow-parts", "test double", sandboxed=False, factory=factory))
-    spec = RunSpec.from_dict(
-        {
-            "benchmark": {"name": "synthetic", "options": {"days": 2, "events_per_day": 2}},
-            "agent": {"harness": "slow-parts"},
-        }
+    registry, spec = synthetic_with(
+        "slow-parts", lambda options: SlowPartsAgent(turn_s, start_s), days=2, events_per_day=2
     )
-    outcome = await RunWorker("local/split", spec, registry, _Sink()).run()
+    outcome = await RunWorker("local/split", spec, registry, NullSink()).run()
     assert outcome.state == "SUCCEEDED", outcome.reason
     s: dict[str, Any] = outcome.results["scheduler"]
     return s
