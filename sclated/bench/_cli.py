@@ -103,50 +103,10 @@ def _proxy(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_proxy(quick=args.quick, with_model=not args.no_model, in_sandbox=not args.no_sandbox)
 
 
-async def _e2e_bench(args: argparse.Namespace) -> dict[str, Any]:
-    import sys
-    import tempfile
-
-    from sclated.e2e import run_e2e
-
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    with tempfile.TemporaryDirectory(prefix="sclate-bench-e2e-") as tmp:
-        run = await run_e2e(
-            out_dir=Path(tmp),
-            data_dir=args.data_dir.resolve() if args.data_dir else None,
-            harness_options={"max_tokens": args.max_tokens, "max_steps": 3},
-            progress=progress if not args.json else (lambda _: None),
-        )
-    r = run.get("results", {})
-    s = r.get("scheduler", {})
-    calls = r.get("calls", [])
-    return {
-        "data": str(args.data_dir) if args.data_dir else "builtin:tiny",
-        "state": run.get("state"),
-        "rounds": int(r.get("rounds", 0)),
-        "rounds_graded": int(r.get("rounds_graded", 0)),
-        "score": float(r.get("score", 0.0)),
-        "events_fired": int(s.get("events_fired", 0)),
-        "events_scheduled": int(s.get("events_scheduled", 0)),
-        "in_order": bool(s.get("in_order", False)),
-        "delivery_delay_ms_p50": float(s.get("delivery_delay_ms_p50", 0.0)),
-        "delivery_delay_ms_max": float(s.get("delivery_delay_ms_max", 0.0)),
-        "compression_ratio": float(s.get("compression_ratio", 0.0)),
-        "compression_limit": float(s.get("compression_limit", 0.0)),
-        "jumps": int(s.get("jumps", 0)),
-        "sim_span_days": float(s.get("sim_span_s", 0.0)) / 86400,
-        "wall_s": float(s.get("wall_s", 0.0)),
-        "calls_by_role": {c["role"]: int(c.get("calls", 0)) for c in calls},
-        "tokens_by_role": {
-            c["role"]: int(c.get("prompt_tokens", 0)) + int(c.get("completion_tokens", 0)) for c in calls
-        },
-    }
-
-
 def _e2e(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
-    return _e2e_bench(args)
+    from sclated.bench._e2e import bench_e2e
+
+    return bench_e2e(args)
 
 
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
