@@ -141,6 +141,10 @@ class SandboxServices:
             await self._runtime.close()
             self._runtime = None
         await self.model.close()
+        # The per-daemon directory of control directories goes once no run keeps one
+        # (a sandbox left for a resumed run keeps its own, and so this one).
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(self.sockets_dir.rmdir)
 
 
 class _StoreRecords:
