@@ -17,10 +17,13 @@ def notify(message: str) -> bool:
     if path.startswith("@"):
         path = "\0" + path[1:]  # abstract namespace
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        # Never blocks: called from the event loop, and a receiver that does
+        # not read (a full queue) must cost a lost datagram, not a stalled loop.
+        sock.setblocking(False)
         try:
             sock.connect(path)
             sock.sendall(message.encode())
-        except OSError:
+        except OSError:  # BlockingIOError included
             return False
     return True
 
