@@ -18,7 +18,7 @@ from typing import Any
 
 from sclated.errors import ConfigError
 
-__all__ = ["DaemonConfig", "build_parser", "check_startup", "load_config"]
+__all__ = ["DaemonConfig", "build_parser", "check_startup", "load_config", "tcp_listen_problem"]
 
 DEFAULT_PORT = 7431
 
@@ -305,13 +305,20 @@ def _check_tls(cert: Path, key: Path) -> None:
 
 
 def _check_tcp(listen: str) -> None:
-    """Binds every address ``listen`` resolves to, as gRPC will (SO_REUSEADDR), and lets go."""
+    problem = tcp_listen_problem(listen)
+    if problem is not None:
+        raise ConfigError(f"listen {listen!r}: {problem}", field="listen")
+
+
+def tcp_listen_problem(listen: str) -> str | None:
+    """What stops ``listen`` from being bound now, or None: binds every address
+    it resolves to, as gRPC will (SO_REUSEADDR), and lets go."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")
     try:
         infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise ConfigError(f"listen {listen!r}: cannot resolve {host!r}: {exc.strerror}", field="listen") from None
+        return f"cannot resolve {host!r}: {exc.strerror}"
     failures: list[OSError] = []
     bound = 0
     for family, kind, proto, _, address in dict.fromkeys(infos):
@@ -323,10 +330,11 @@ def _check_tcp(listen: str) -> None:
             except OSError as exc:
                 failures.append(exc)
     if any(exc.errno == errno.EADDRINUSE for exc in failures):
-        raise ConfigError(f"listen {listen!r}: address already in use (is another sclated running?)", field="listen")
+        return "address already in use (is another sclated running?)"
     if not bound:
         reason = failures[0].strerror if failures else "no address"
-        raise ConfigError(f"listen {listen!r}: cannot listen there: {reason}", field="listen")
+        return f"cannot listen there: {reason}"
+    return None
 
 
 _SUN_PATH_MAX = 107
