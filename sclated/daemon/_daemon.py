@@ -1,21 +1,32 @@
-"""The daemon process: listeners, runs, signals, ordered shutdown.
+"""The daemon process: start-up and shutdown on one stack, signals, systemd.
 
-Shutdown order (aiohttp's runner/site lesson): tell systemd and health
-checkers first, stop accepting new calls, let running runs drain for a grace
-period, interrupt what is left, persist, close the store, remove the socket.
+``Daemon.start`` acquires its parts step by step and pushes each one's undo
+on one stack (aiohttp's runner and sites: what is set up is torn down the
+same way); a step that fails unwinds what came before it, in reverse, and
+its error goes on. ``Daemon.stop`` unwinds the same stack, which makes the
+shutdown order (temporalio's lesson: announce, stop taking work, drain,
+cancel the rest, then close):
+
+    watchdog pings stop, STOPPING=1, health NOT_SERVING, no new calls,
+    runs drain for drain_grace_s and the rest are interrupted and persisted,
+    open calls end, the container engine and the embedded model close,
+    the store closes, the socket file goes, the ready file goes last.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
+import inspect
 import json
 import logging
 import os
 import secrets
 import shutil
 import signal
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,6 +40,7 @@ from sclate_api.v1 import sclate_pb2, sclate_pb2_grpc
 from adapters import JudgeReply
 from sclated.api import SclateInterceptor, SclateServicer, TokenTable
 from sclated.daemon._config import DaemonConfig
+from sclated.daemon._listeners import GrpcServer, Listener, TcpListener, UnixSocketListener, listeners_for
 from sclated.daemon._sdnotify import notify, watchdog_interval_s, watchdog_loop
 from sclated.errors import ConfigError, SclateError
 from sclated.model import EmbeddedModel
@@ -37,7 +49,7 @@ from sclated.runtime import SnapshotInfo
 from sclated.sandbox import SandboxServices, short_sockets_dir
 from sclated.store import Store
 
-__all__ = ["Daemon"]
+__all__ = ["Daemon", "ReadyFile", "Steps"]
 
 
 def _daemon_id(state_dir: Path) -> str:
@@ -57,14 +69,107 @@ def _daemon_id(state_dir: Path) -> str:
 
 log = logging.getLogger("sclated")
 _SERVICE = sclate_pb2.DESCRIPTOR.services_by_name["Sclate"].full_name
+_HEALTH = health_pb2.HealthCheckResponse
+
+
+async def _let_go(what: str, undo: Callable[[], object]) -> None:
+    """Run one undo; a failure is logged, never raised: it must not hide the
+    error being handled, nor keep the other undos from running."""
+    try:
+        result = undo()
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("letting go of the %s failed", what)
+
+
+class Steps:
+    """The daemon's stack of undos: an ``AsyncExitStack`` whose entries have names.
+
+    Each start-up step that acquired something pushes how to let it go;
+    ``aclose()`` runs the undos in reverse, after a failed start and on stop
+    alike. ``acquired`` and ``released`` name the entries in the order they
+    were pushed and run."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.AsyncExitStack()
+        self._lock = asyncio.Lock()
+        self.acquired: list[str] = []
+        self.released: list[str] = []
+
+    def push(self, name: str, undo: Callable[[], object]) -> None:
+        async def release() -> None:
+            log.debug("letting go of the %s", name)
+            try:
+                await _let_go(name, undo)
+            finally:
+                self.released.append(name)
+
+        self._stack.push_async_callback(release)
+        self.acquired.append(name)
+
+    @property
+    def held(self) -> list[str]:
+        """What is acquired and not let go yet, newest last."""
+        return self.acquired[: len(self.acquired) - len(self.released)]
+
+    async def aclose(self) -> None:
+        async with self._lock:  # a second caller waits for the first, then finds it empty
+            await self._stack.aclose()
+
+
+class ReadyFile:
+    """The file that says where the daemon listens (``ready_file``).
+
+    Claimed first (a stale one from a killed process is removed, so nobody
+    reads a dead daemon's addresses), written once the daemon serves, and
+    removed last, once everything else is let go: while it exists, a daemon
+    may be using the state directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._tmp = path.with_name(path.name + ".tmp")
+        self._written = False
+
+    def claim(self) -> None:
+        try:
+            self.path.unlink(missing_ok=True)
+            self._tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot remove the ready file of an earlier process: {exc.strerror or exc}",
+                path=self.path,
+                field="ready_file",
+            ) from None
+
+    def write(self, info: dict[str, object]) -> None:
+        self._written = True  # from the first byte on: withdraw() removes a half-written file too
+        try:
+            self._tmp.write_text(json.dumps(info))
+            os.replace(self._tmp, self.path)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write the ready file: {exc.strerror or exc}", path=self.path, field="ready_file"
+            ) from None
+
+    def withdraw(self) -> None:
+        if self._written:
+            self._tmp.unlink(missing_ok=True)
+            self.path.unlink(missing_ok=True)
+            self._written = False
 
 
 class Daemon:
+    """One sclated process's worth of parts. ``start()`` once, ``stop()`` once
+    (or after a failed start: it has nothing left to do). Start a new
+    ``Daemon`` to start again."""
+
     def __init__(self, config: DaemonConfig, *, registry: Registry | None = None) -> None:
         self.config = config
         self.tokens = TokenTable(config.tokens_file)
         self.store = Store(config.state_dir / "sclated.db")
-        self.daemon_id = _daemon_id(config.state_dir)
+        self.daemon_id = ""
+        """Read (or made) in the state directory by ``start()``."""
         self.services = SandboxServices(
             state_dir=config.state_dir,
             daemon_id=self.daemon_id,
@@ -86,86 +191,174 @@ class Daemon:
         self.manager.judge_factory = self._judge_for
         self.manager.on_delete = self._forget_run
         self.health = HealthServicer()
-        self.server: grpc.aio.Server | None = None
-        self.tcp_address: str | None = None
-        self.unix_path: Path | None = None
+        self.grpc: GrpcServer | None = None
+        self.listeners: list[Listener] = listeners_for(config)
+        self.ready_file = ReadyFile(config.ready_file) if config.ready_file is not None else None
+        self.steps = Steps()
+        self._started = False
+        self._at = ""
+        """The start-up step in progress (for the log when it fails)."""
         self._stopped = asyncio.Event()
         self._stopping = False
         self._watchdog: asyncio.Task[None] | None = None
 
+    @property
+    def server(self) -> grpc.aio.Server | None:
+        return self.grpc.server if self.grpc is not None else None
+
+    @property
+    def tcp_address(self) -> str | None:
+        """``HOST:PORT`` the TCP (or TLS) listener bound."""
+        for listener in self.listeners:
+            if isinstance(listener, TcpListener) and listener.tcp_address is not None:
+                return listener.tcp_address
+        return None
+
+    @property
+    def unix_path(self) -> Path | None:
+        """The unix socket the daemon bound."""
+        for listener in self.listeners:
+            if isinstance(listener, UnixSocketListener) and listener.unix_path is not None:
+                return listener.unix_path
+        return None
+
     async def start(self) -> None:
+        """Acquire every part in order; if a step fails, let go of the parts
+        acquired before it, in reverse, and raise the step's error."""
+        if self._started:
+            raise RuntimeError("a Daemon starts once; make a new one to start again")
+        self._started = True
+        self._at = "state dir"
+        try:
+            await self._start()
+        except BaseException as exc:
+            level = logging.DEBUG if isinstance(exc, SclateError) else logging.ERROR
+            log.log(level, "start-up failed at the %s; letting go of: %s", self._at, ", ".join(self.steps.held[::-1]))
+            await self.steps.aclose()
+            raise
+
+    async def _start(self) -> None:
         cfg = self.config
-        cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        await self.store.open()
-        await self._reap_leftovers()
-        await self.manager.start()
+        steps = self.steps
+
+        # The state directory, and the daemon's id in it (labels its containers).
+        self._at = "state dir"
+        try:
+            cfg.state_dir.mkdir(parents=True, exist_ok=True)
+            self.daemon_id = _daemon_id(cfg.state_dir)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot keep the daemon id in the state directory: {exc.strerror or exc}",
+                path=cfg.state_dir,
+                field="state_dir",
+            ) from None
+        self.services.daemon_id = self.daemon_id
+
+        # The ready file is claimed first so that it goes last.
+        if self.ready_file is not None:
+            self._at = "ready file"
+            self.ready_file.claim()
+            steps.push("ready file", self.ready_file.withdraw)
+
+        # The gRPC server and its listeners come before anything else: an
+        # address that cannot be had costs nothing to give up.
+        self._at = "grpc server"
         opts = [
             ("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
         ]
-        server = grpc.aio.server(interceptors=[SclateInterceptor(self.tokens)], options=opts)
-        sclate_pb2_grpc.add_SclateServicer_to_server(SclateServicer(self.manager), server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        server = GrpcServer(grpc.aio.server(interceptors=[SclateInterceptor(self.tokens)], options=opts))
+        self.grpc = server
+        steps.push("grpc server", server.stopped)
+        for listener in self.listeners:
+            self._at = f"{listener.kind} listener"
+            listener.bind(server)
+            steps.push(f"{listener.kind} listener", listener.close)
+
+        self._at = "store"
+        try:
+            await self.store.open()
+        except BaseException as exc:
+            await _let_go("half-open store", self.store.close)
+            if isinstance(exc, sqlite3.Error | OSError):
+                raise ConfigError(f"cannot open the database: {exc}", path=self.store.path, field="state_dir") from exc
+            raise
+        steps.push("store", self.store.close)
+
+        # Sandboxes an earlier process left (connects the container engine).
+        self._at = "sandboxes"
+        try:
+            await self._reap_leftovers()
+        except BaseException:
+            await _let_go("container engine", self.services.close)
+            raise
+        steps.push("sandboxes", self.services.close)
+
+        # The handlers use the store and the runs: once the server stops
+        # taking calls, the open ones end before those close.
+        self._at = "handlers"
+        sclate_pb2_grpc.add_SclateServicer_to_server(SclateServicer(self.manager), server.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server.server)
         reflection.enable_server_reflection(
-            (
-                _SERVICE,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            server,
+            (_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            server.server,
         )
-        if cfg.listen:
-            host = cfg.listen.rpartition(":")[0]
-            try:
-                if cfg.tls_cert is not None and cfg.tls_key is not None:
-                    creds = grpc.ssl_server_credentials([(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
-                    port = server.add_secure_port(cfg.listen, creds)
-                else:
-                    port = server.add_insecure_port(cfg.listen)
-            except RuntimeError:  # what grpc raises now where it used to return 0
-                port = 0
-            if port == 0:
-                raise ConfigError(
-                    f"listen {cfg.listen!r}: cannot listen there (in use, or not this host's)", field="listen"
-                )
-            self.tcp_address = f"{host}:{port}"
-        path = cfg.unix_socket_path
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()  # a stale socket from a killed process
-            try:
-                server.add_insecure_port(f"unix:{path}")
-            except RuntimeError:
-                raise ConfigError("cannot listen on this unix socket", path=path, field="unix_socket") from None
-            self.unix_path = path
-        await server.start()
-        self.server = server
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(_SERVICE, health_pb2.HealthCheckResponse.SERVING)
-        if cfg.ready_file is not None:
-            tmp = cfg.ready_file.with_suffix(".tmp")
-            tmp.write_text(
-                json.dumps(
-                    {
-                        "tcp": self.tcp_address,
-                        "unix": str(self.unix_path) if self.unix_path else None,
-                        "pid": os.getpid(),
-                    }
-                )
-            )
-            os.replace(tmp, cfg.ready_file)
+        await self.health.set("", _HEALTH.NOT_SERVING)
+        await self.health.set(_SERVICE, _HEALTH.NOT_SERVING)
+        steps.push("handlers", server.stopped)
+
+        # Runs: the manager loads the queue and resumes what was running.
+        self._at = "runs"
+        try:
+            await self.manager.start()
+        except BaseException:
+            await _let_go("half-started runs", functools.partial(self.manager.shutdown, 0))
+            raise
+        steps.push("runs", functools.partial(self.manager.shutdown, cfg.drain_grace_s))
+
+        # Serving: calls come in from here on.
+        self._at = "serving"
+        try:
+            await server.start()
+        except BaseException:
+            await _let_go("half-started server", server.stopped)
+            raise
+        # Open calls (a WatchRun ends with its run) get the drain and 5 s more.
+        steps.push("serving", functools.partial(server.stop_accepting, cfg.drain_grace_s + 5))
+
+        self._at = "health"
+        await self.health.set("", _HEALTH.SERVING)
+        await self.health.set(_SERVICE, _HEALTH.SERVING)
+        steps.push("health", self.health.enter_graceful_shutdown)
+
+        if self.ready_file is not None:
+            self._at = "ready file (write)"
+            unix = self.unix_path
+            self.ready_file.write({"tcp": self.tcp_address, "unix": str(unix) if unix else None, "pid": os.getpid()})
+
+        self._at = "ready"
         notify(f"READY=1\nSTATUS=serving on {self.tcp_address or ''} {self.unix_path or ''}".strip())
+        steps.push("ready", self._announce_stopping)
+
+        self._at = "watchdog"
         interval = watchdog_interval_s()
         if interval:
-            self._watchdog = asyncio.get_running_loop().create_task(watchdog_loop(interval))
-        log.info(
-            "sclated serving on tcp=%s unix=%s state=%s",
-            self.tcp_address,
-            self.unix_path,
-            cfg.state_dir,
-        )
+            self._watchdog = asyncio.get_running_loop().create_task(watchdog_loop(interval), name="sclated-watchdog")
+            steps.push("watchdog", self._stop_watchdog)
+
+        log.info("sclated serving on tcp=%s unix=%s state=%s", self.tcp_address, self.unix_path, cfg.state_dir)
+
+    def _announce_stopping(self) -> None:
+        notify("STOPPING=1")
+        log.info("shutting down: draining for up to %.1f s", self.config.drain_grace_s)
+
+    async def _stop_watchdog(self) -> None:
+        task, self._watchdog = self._watchdog, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _reap_leftovers(self) -> None:
         """Remove sandboxes a previous process of this daemon left, except those of
@@ -223,29 +416,15 @@ class Daemon:
             asyncio.get_running_loop().create_task(self.stop())
 
     async def stop(self) -> None:
+        """Let go of everything ``start()`` acquired, in reverse (see the module's docstring)."""
         self._stopping = True
-        grace = self.config.drain_grace_s
-        notify("STOPPING=1")
-        log.info("shutting down: draining for up to %.1f s", grace)
-        await self.health.enter_graceful_shutdown()
-        if self.server is not None:
-            # The server refuses new calls at once; open streams end as their runs end.
-            stop_server = asyncio.get_running_loop().create_task(self.server.stop(grace + 5))
-        await self.manager.shutdown(grace)
-        if self.server is not None:
-            await stop_server
-        await self.services.close()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-        await self.store.close()
-        if self.unix_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.unix_path.unlink()
-        if self.config.ready_file is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.config.ready_file.unlink()
-        log.info("stopped")
-        self._stopped.set()
+        had = bool(self.steps.held)
+        try:
+            await self.steps.aclose()
+        finally:
+            if had:
+                log.info("stopped")
+            self._stopped.set()
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
