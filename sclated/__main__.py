@@ -1,4 +1,9 @@
-"""`sclated` / `python -m sclated`: run the daemon."""
+"""`sclated` / `python -m sclated`: run the daemon, or one of its local tools.
+
+``sclated --listen ... --state-dir ...`` (or ``--config FILE``) runs the
+daemon; ``sclated doctor | images build | model serve | bench NAME | demo``
+runs a local tool (:mod:`sclated._tools`).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,19 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sclated._tools import EPILOG, TOOLS, run_tool
+
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in and args_in[0] in TOOLS:
+        return run_tool(args_in)
+
     from sclated.daemon import build_parser, load_config, run_daemon
     from sclated.daemon._config import check_startup
     from sclated.errors import SclateError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    parser.epilog = EPILOG
+    args = parser.parse_args(args_in)
     try:
         config = load_config(args)
         check_startup(config)

@@ -1,4 +1,4 @@
-"""`sclate demo`: a multi-day scenario through the scheduler, in process, with a report.
+"""`sclated demo`: a multi-day scenario through the scheduler, in process, with a report.
 
 It runs the built-in synthetic benchmark (timed tasks, a condition and DAG
 events each simulated day, grading, session start/stop) against the scripted
@@ -67,7 +67,7 @@ def _print_report(report: dict[str, Any]) -> None:
     console = Console()
     res = report["results"]
     s = res["scheduler"]
-    console.rule("[bold]sclate demo: synthetic multi-day scenario, scripted agent, hybrid clock")
+    console.rule("[bold]sclated demo: synthetic multi-day scenario, scripted agent, hybrid clock")
     tl = Table("simulated time", "event", title="timeline (first 24 lines)")
     shown = 0
     for kind, payload, sim_ns in report["events"]:
@@ -103,7 +103,7 @@ def _print_report(report: dict[str, Any]) -> None:
 
 
 def run_demo_cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="sclate demo")
+    p = argparse.ArgumentParser(prog="sclated demo")
     p.add_argument("--days", type=int, default=5)
     p.add_argument("--events-per-day", type=int, default=4)
     p.add_argument("--json", action="store_true")

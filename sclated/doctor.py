@@ -1,4 +1,4 @@
-"""`sclate doctor`: is this host ready to run sandboxed agents?
+"""`sclated doctor`: is this host ready to run sandboxed agents?
 
 Checks the container engine, the images, simulated time inside a sandbox (the
 runtime's checks), then the model endpoint (a real chat call returning token
@@ -69,7 +69,7 @@ async def check_model(url: str, *, require_token_ids: bool = True, fix: str = ""
     them); an external endpoint without them still serves runs, but its
     trajectories cannot be exported, which the check says.
     """
-    fix = fix or "start it: `sclate model serve --port 8000`, or fix --model-url"
+    fix = fix or "start it: `sclated model serve --port 8000`, or fix --model-url"
     try:
         data = await _chat(url)
         choice = data["choices"][0]
@@ -93,7 +93,7 @@ async def check_model(url: str, *, require_token_ids: bool = True, fix: str = ""
 
 
 EMBEDDED_FIX = (
-    "the embedded llama.cpp model does not work on this machine: run `sclate doctor`; if it crashes "
+    "the embedded llama.cpp model does not work on this machine: run `sclated doctor`; if it crashes "
     "(SIGSEGV/SIGILL), rebuild it for this CPU: `.venv/bin/pip uninstall -y llama-cpp-python; "
     "rm -rf ~/.cache/sclate/wheels/llama-*; make venv`"
 )
@@ -231,7 +231,7 @@ async def _all(model_url: str | None, skip_runtime: bool) -> list[Check]:
 
 
 def run_doctor_cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="sclate doctor", description=__doc__)
+    p = argparse.ArgumentParser(prog="sclated doctor", description=__doc__)
     p.add_argument("--json", action="store_true")
     p.add_argument("--model-url", help="check this endpoint instead of starting the embedded model")
     p.add_argument("--skip-runtime", action="store_true", help="only the model and proxy checks")

@@ -2,7 +2,7 @@
 embedded model, a MetaClaw scenario with the reference harness in a sandbox,
 simulated days, captured tokens, scores and scheduler measurements.
 
-Used by `sclate demo` (a report for people) and `sclate bench e2e` (one JSON
+Used by `sclated demo` (a report for people) and `sclated bench e2e` (one JSON
 object). Both talk to the daemon only through its gRPC API, as any client.
 """
 
@@ -199,7 +199,7 @@ def _print_report(run: dict[str, Any]) -> None:
     c = Console()
     r = run.get("results") or {}
     s = r.get("scheduler") or {}
-    c.rule(f"[bold]sclate demo: {run['name']} {run['state']}")
+    c.rule(f"[bold]sclated demo: {run['name']} {run['state']}")
     t = Table("round", "kind", "score", "reason", title="rounds")
     for x in r.get("round_scores", []):
         t.add_row(
@@ -272,7 +272,7 @@ def _print_report(run: dict[str, Any]) -> None:
 
 
 def run_demo_cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="sclate demo", description="Run the main job end to end and print its report.")
+    p = argparse.ArgumentParser(prog="sclated demo", description="Run the main job end to end and print its report.")
     p.add_argument(
         "--data-dir", type=Path, help="upstream MetaClaw-Bench data (default: the project's own tiny scenario)"
     )
@@ -286,7 +286,7 @@ def run_demo_cli(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print the final run as JSON")
     args = p.parse_args(argv)
     if args.data_dir is not None and not args.data_dir.is_dir():
-        print(f"sclate demo: --data-dir {args.data_dir} is not a directory", file=sys.stderr)
+        print(f"sclated demo: --data-dir {args.data_dir} is not a directory", file=sys.stderr)
         return 2
     out_dir = (args.out or _default_out()).resolve()
     log_hint = f"the daemon's log is {out_dir / 'state' / 'sclated.log'}"
@@ -309,14 +309,14 @@ def run_demo_cli(argv: list[str]) -> int:
                 )
             )
     except DemoFailed as exc:
-        print(f"sclate demo failed: {exc.what}\nWhat to do: {exc.todo}", file=sys.stderr)
+        print(f"sclated demo failed: {exc.what}\nWhat to do: {exc.todo}", file=sys.stderr)
         return 1
     except Exception as exc:
         from sclated.errors import SclateError
 
         msg = exc.message if isinstance(exc, SclateError) else f"{type(exc).__name__}: {exc}"
         print(
-            f"sclate demo failed: {msg}\nWhat to do: run `sclate doctor` to check the engine, images, simulated "
+            f"sclated demo failed: {msg}\nWhat to do: run `sclated doctor` to check the engine, images, simulated "
             f"time and the model; {log_hint}.",
             file=sys.stderr,
         )
@@ -328,7 +328,7 @@ def run_demo_cli(argv: list[str]) -> int:
     problems = demo_problems(run)
     if problems:
         print(
-            "sclate demo failed: " + "; ".join(problems) + ".\nWhat to do: run `sclate doctor` (it checks that the "
+            "sclated demo failed: " + "; ".join(problems) + ".\nWhat to do: run `sclated doctor` (it checks that the "
             f"model produces tokens and that the capture proxy records them); {log_hint}; the model's log is "
             f"{out_dir / 'state' / 'model-server.log'}.",
             file=sys.stderr,

@@ -1,4 +1,4 @@
-"""Run `sclate bench NAME` as a user does and find what it left behind.
+"""Run `sclated bench NAME` as a user does and find what it left behind.
 
 The benchmark runs as a subprocess with ``TMPDIR`` pointing at a directory of
 the test's own, so every temporary directory it makes is in there. While it
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCLATE = Path(sys.executable).with_name("sclate")
+SCLATED = Path(sys.executable).with_name("sclated")
 ROOT = Path(__file__).resolve().parents[2]
 
 Proc = tuple[int, int]  # (pid, start time in clock ticks): a pid may be reused
@@ -110,11 +110,11 @@ def run_bench(
     after_s: float = 0.0,
     timeout_s: float = 600.0,
 ) -> BenchRun:
-    """Run ``sclate bench NAME --json ARGS``; with ``interrupt``, send that signal
+    """Run ``sclated bench NAME --json ARGS``; with ``interrupt``, send that signal
     once ``when(descendants, pid)`` holds (then ``after_s`` later)."""
     env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [str(SCLATE), "bench", name, "--json", *args],
+        [str(SCLATED), "bench", name, "--json", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -141,7 +141,7 @@ def run_bench(
                 signalled = True
         if time.monotonic() > deadline:
             proc.kill()
-            raise AssertionError(f"sclate bench {name} did not finish in {timeout_s} s")
+            raise AssertionError(f"sclated bench {name} did not finish in {timeout_s} s")
         time.sleep(0.05)
     stdout, stderr = proc.communicate()
     run = BenchRun(proc.returncode, stdout, stderr, seen, containers_seen, signalled)

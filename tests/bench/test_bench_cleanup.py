@@ -1,7 +1,7 @@
 """Every benchmark ends every process, container and temporary directory it
 started: when it finishes, and when SIGINT or SIGTERM interrupts it midway.
 
-Each benchmark runs as `sclate bench NAME --json` in a subprocess, in its
+Each benchmark runs as `sclated bench NAME --json` in a subprocess, in its
 quickest mode; see leftovers.py for what is checked afterwards.
 """
 

@@ -1,4 +1,4 @@
-"""`sclate demo` tells the truth: a broken model stops it at the start with what to do,
+"""`sclated demo` tells the truth: a broken model stops it at the start with what to do,
 and a run without tokens or trajectories is a failure, not a report."""
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ def test_a_demo_whose_model_is_broken_exits_non_zero_saying_what_to_do(tmp_path:
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
     res = subprocess.run(
-        [str(Path(sys.executable).with_name("sclate")), "demo", "--model-url", dead, "--out", str(tmp_path)],
+        [str(Path(sys.executable).with_name("sclated")), "demo", "--model-url", dead, "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert res.returncode == 1, res.stderr
-    assert f"sclate demo failed: the model does not work: {dead}" in res.stderr
+    assert f"sclated demo failed: the model does not work: {dead}" in res.stderr
     assert "What to do:" in res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "state").exists()  # nothing was started
