@@ -1,3 +1,3 @@
-"""sclate: the Python client of the sclated daemon (API stubs in `sclate.v1`, the `sclate` CLI)."""
+"""sclate: the Python client of the sclated daemon (the `sclate` CLI; the API stubs are in `sclate_api`)."""
 
 __version__ = "0.1.0"

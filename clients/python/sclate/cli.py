@@ -1,4 +1,11 @@
-"""`sclate`: the command-line client of sclated, plus local tools (bench, images, model, doctor, demo)."""
+"""`sclate`: the command-line client of sclated.
+
+It speaks gRPC only (grpcio, protobuf, the stubs in ``sclate_api``, rich for
+tables) and imports nothing of the daemon's packages (``sclated``,
+``adapters``, ``proxy_addons``): ``pip install ./clients/python`` is the
+client alone. The local tools (doctor, images, model, bench, demo) are
+``sclated`` subcommands; their old ``sclate`` spellings point there.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -499,41 +507,52 @@ def cmd_agents_list(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
-# -- local tools -------------------------------------------------------------------------
-def cmd_bench(args: argparse.Namespace) -> int:
-    from sclated.bench import run_bench_cli
-
-    return run_bench_cli(args.which, args.rest)
-
-
-def cmd_images(args: argparse.Namespace) -> int:
-    from adapters.reference_harness.image import register_image
-    from sclated.runtime import build_images_cli
-
-    register_image()
-    return build_images_cli(args.rest)
+# -- tools that moved to sclated --------------------------------------------------------
+# doctor, images, model, bench and demo run on the daemon's host with the
+# daemon's code (Docker, the model server, the proxy): they are `sclated`
+# subcommands. The client keeps the old spellings as pointers, and runs
+# `sclated` when it is installed alongside, without importing any of it.
+MOVED = {"doctor": "doctor", "images": "images build", "model": "model serve", "bench": "bench NAME", "demo": "demo"}
+_WITH_SUBCOMMAND = ("images", "model", "bench")
+_GLOBAL_WITH_VALUE = ("--endpoint", "--token", "--tls-ca")
 
 
-def cmd_model_serve(args: argparse.Namespace) -> int:
-    from sclated.model.__main__ import main as model_main
+def moved_command(argv: Sequence[str]) -> int | None:
+    """The index of the command in ``argv`` if it is a tool that moved to `sclated`."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _GLOBAL_WITH_VALUE:
+            i += 2
+        elif arg in ("-h", "--help"):
+            return None
+        elif arg.startswith("-"):
+            i += 1
+        else:
+            return i if arg in MOVED else None
+    return None
 
-    return model_main(args.rest)
+
+def find_sclated() -> str | None:
+    """The `sclated` next to this `sclate` (the same installation), else the one on PATH."""
+    if sys.argv and sys.argv[0]:
+        sibling = Path(sys.argv[0]).parent / "sclated"
+        if sibling.is_file() and os.access(sibling, os.X_OK):
+            return str(sibling)
+    return shutil.which("sclated")
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
-    from sclated.doctor import run_doctor_cli
-
-    return run_doctor_cli(args.rest)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    if "--scheduler-only" in args.rest:
-        from sclated.demo import run_demo_cli as scheduler_demo
-
-        return scheduler_demo([a for a in args.rest if a != "--scheduler-only"])
-    from sclated.e2e import run_demo_cli
-
-    return run_demo_cli(args.rest)
+def run_moved(argv: Sequence[str]) -> int:
+    """``sclate doctor ...`` and co: say where the command went, and run it there if possible."""
+    cmd, *rest = argv
+    words = [cmd, rest[0]] if cmd in _WITH_SUBCOMMAND and rest and not rest[0].startswith("-") else [cmd]
+    spelled = " ".join(words)
+    exe = find_sclated()
+    where = f"running {exe} {spelled}" if exe else "sclated is not installed here: it comes with the daemon"
+    print(f"sclate: `sclate {spelled}` moved: run `sclated {spelled}` ({where})", file=sys.stderr, flush=True)
+    if exe is None:
+        return 2
+    os.execv(exe, [exe, *argv])
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -541,7 +560,11 @@ def _add_output(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sclate", description="Client of the sclated daemon, and local sclate tools.")
+    p = argparse.ArgumentParser(
+        prog="sclate",
+        description="Client of the sclated daemon.",
+        epilog="The local tools are the daemon's: sclated doctor | images build | model serve | bench NAME | demo.",
+    )
     p.add_argument(
         "--endpoint",
         default=None,
@@ -617,47 +640,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(al)
     al.set_defaults(func=cmd_agents_list)
 
-    bench = sub.add_parser("bench", help="benchmarks of sclate itself (prints JSON with --json)", add_help=False)
-    bench.add_argument(
-        "which",
-        choices=("scheduler", "daemon", "sandbox", "proxy", "e2e"),
-        metavar="{scheduler,daemon,sandbox,proxy,e2e}",
-    )
-    bench.add_argument("rest", nargs=argparse.REMAINDER)
-    bench.set_defaults(local=cmd_bench)
-    images = sub.add_parser("images", help="sandbox images").add_subparsers(dest="i_cmd", required=True)
-    ib = images.add_parser(
-        "build", help="build every image locally (content-hashed tags; nothing rebuilt twice)", add_help=False
-    )
-    ib.add_argument("rest", nargs=argparse.REMAINDER)
-    ib.set_defaults(local=cmd_images)
-    model = sub.add_parser("model", help="the embedded model").add_subparsers(dest="m_cmd", required=True)
-    ms = model.add_parser(
-        "serve", help="serve a GGUF (default SmolLM2-135M-Instruct) over OpenAI/Anthropic APIs", add_help=False
-    )
-    ms.add_argument("rest", nargs=argparse.REMAINDER)
-    ms.set_defaults(local=cmd_model_serve)
-    doctor = sub.add_parser("doctor", help="check the engine, images, simulated time, proxy and model", add_help=False)
-    doctor.add_argument("rest", nargs=argparse.REMAINDER)
-    doctor.set_defaults(local=cmd_doctor)
-    demo = sub.add_parser("demo", help="run the demo and print its report", add_help=False)
-    demo.add_argument("rest", nargs=argparse.REMAINDER)
-    demo.set_defaults(local=cmd_demo)
+    for name, spelled in MOVED.items():
+        moved = sub.add_parser(name, help=f"moved: `sclated {spelled}`", add_help=False)
+        moved.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    at = moved_command(args_in)
+    if at is not None:
+        return run_moved(args_in[at:])
     parser = build_parser()
-    # Local tools (demo, bench, images, model, doctor) parse their own options.
-    args, extra = parser.parse_known_args(argv)
-    if extra:
-        if getattr(args, "local", None) is None:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.rest = [*extra, *args.rest]
+    args = parser.parse_args(args_in)
+    if args.command in MOVED:  # reached past moved_command only through an abbreviated option
+        return run_moved(args_in[len(args_in) - len(args.rest) - 1 :])
     try:
-        local = getattr(args, "local", None)
-        if local is not None:
-            return int(local(args))
         client = Client(
             args.endpoint or default_endpoint(),
             args.token or os.environ.get("SCLATE_TOKEN"),
