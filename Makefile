@@ -34,12 +34,15 @@ $(LLAMA_WHEELS)/.built:
 	@printf '%s\n' '$(LLAMA_CMAKE_ARGS)' > $(LLAMA_WHEELS)/cmake-args.txt
 	@touch $@
 
-$(VENV)/.stamp: pyproject.toml constraints.txt $(LLAMA_WHEELS)/.built
+# Two distributions from the tree, in one pip command so the daemon's
+# requirement `sclate` is met by the client next to it: the client `sclate`
+# (the CLI and the stubs, clients/python) and the daemon `sclated` (the root).
+$(VENV)/.stamp: pyproject.toml clients/python/pyproject.toml constraints.txt $(LLAMA_WHEELS)/.built
 	@echo "[setup] Python environment in $(VENV)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) "llama-cpp-python==$(LLAMA_VERSION)"
-	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) -c constraints.txt -e ".[dev,model]"
+	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) -c constraints.txt -e ./clients/python -e ".[dev,model]"
 	@touch $@
 
 venv: $(VENV)/.stamp
@@ -47,7 +50,7 @@ venv: $(VENV)/.stamp
 # Sandbox images are built locally (debootstrap base, then layers); content-hashed
 # tags make this a no-op when no recipe changed.
 images: system venv
-	@$(VENV)/bin/sclate images build
+	@$(VENV)/bin/sclated images build
 
 # The TypeScript client's dependencies, from its lock file.
 clients/typescript/node_modules/.package-lock.json: clients/typescript/package-lock.json
@@ -57,7 +60,7 @@ clients/typescript/node_modules/.package-lock.json: clients/typescript/package-l
 ts: clients/typescript/node_modules/.package-lock.json
 
 demo: system venv images
-	@$(VENV)/bin/sclate demo $(if $(DATA),--data-dir $(DATA),)
+	@$(VENV)/bin/sclated demo $(if $(DATA),--data-dir $(DATA),)
 
 test: system venv images ts
 	@echo "[test] ruff"
