@@ -138,11 +138,24 @@ def libfaketime_path() -> Path:
     return found[0]
 
 
-def _capture_addon_path() -> Path:
-    """The mitmproxy capture addon (proxy_addons/capture.py), run by mitmdump in every sandbox."""
+def _capture_addon_dir() -> Path:
+    """The mitmproxy capture addon package (proxy_addons/), run by mitmdump in every sandbox."""
     import proxy_addons
 
-    return Path(proxy_addons.__file__).resolve().parent / "capture.py"
+    return Path(proxy_addons.__file__).resolve().parent
+
+
+def _capture_addon_files() -> tuple[HostFile, ...]:
+    """Every module of the capture addon, as ``proxy/<module>`` in the build context
+    (the image installs the directory as /opt/sclate/proxy/, the script
+    /opt/sclate/proxy/capture.py beside its modules): each one is hashed into
+    the image's tag, so changing or adding a module makes a new image."""
+
+    def locate(name: str) -> Callable[[], Path]:
+        return lambda: _capture_addon_dir() / name
+
+    names = sorted(p.name for p in _capture_addon_dir().glob("*.py"))
+    return tuple(HostFile(f"proxy/{name}", locate(name)) for name in names)
 
 
 _BUILTIN: tuple[ImageRecipe, ...] = (
@@ -155,7 +168,7 @@ _BUILTIN: tuple[ImageRecipe, ...] = (
         host_built_wheels=("pyperclip==1.9.0",),  # a mitmproxy 11.0.2 dependency
         host_files=(
             HostFile("faketime/libfaketime.so.1", libfaketime_path),
-            HostFile("capture.py", _capture_addon_path),
+            *_capture_addon_files(),
         ),
     ),
 )

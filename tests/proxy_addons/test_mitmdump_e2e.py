@@ -116,9 +116,18 @@ async def wait_port(port: int, proc: asyncio.subprocess.Process) -> None:
     raise TimeoutError(f"mitmdump not listening on {port}")
 
 
-@pytest.fixture
-async def stack() -> AsyncIterator[tuple[Upstream, FakeDaemon, int, int, Path]]:
+@pytest.fixture(params=["checkout", "image-layout"])
+async def stack(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Upstream, FakeDaemon, int, int, Path]]:
     d = Path(tempfile.mkdtemp(prefix="sce", dir="/tmp"))
+    addon = ADDON
+    if request.param == "image-layout":
+        # As the sandbox image installs it: the package's files in a directory
+        # of another name, the script beside its modules.
+        installed = d / "opt" / "sclate" / "proxy"
+        installed.mkdir(parents=True)
+        for module in ADDON.parent.glob("*.py"):
+            shutil.copy(module, installed / module.name)
+        addon = installed / "capture.py"
     daemon = FakeDaemon(d / "s.sock", RUN)
     await daemon.start()
     upstream = Upstream()
@@ -136,7 +145,7 @@ async def stack() -> AsyncIterator[tuple[Upstream, FakeDaemon, int, int, Path]]:
         str(MITMDUMP),
         "-q",
         "-s",
-        str(ADDON),
+        str(addon),
         "--set",
         f"confdir={d / 'mitm'}",
         "--mode",
@@ -190,9 +199,7 @@ async def test_real_mitmdump_records_streamed_and_plain_calls(
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     headers = {"authorization": f"Bearer {KEY}"}
     async with aiohttp.ClientSession() as http:
-        async with http.post(
-            f"http://127.0.0.1:{agent_port}/v1/chat/completions", json=body, headers=headers
-        ) as r:
+        async with http.post(f"http://127.0.0.1:{agent_port}/v1/chat/completions", json=body, headers=headers) as r:
             assert r.status == 200
             plain = await r.json()
         # What the agent gets is the server's response (extra vLLM fields and all).

@@ -1,227 +1,25 @@
-"""The capture addon in memory, driven through mitmproxy's test helpers, with a
-real Unix-socket control server on the other side."""
+"""The addon's hooks in memory (mitmproxy's test helpers), with a real
+Unix-socket control server on the other side: attribution, the key swap,
+record contents, streams passed through, retries, delivery and the spool."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from mitmproxy import http
-from mitmproxy.test import taddons, tflow
+from mitmproxy.test import tflow
 
-from proxy_addons.capture import (
-    SclateCapture,
-    assemble_stream,
-    derive_thread,
-    parse_roles,
-    run_from_key,
-)
+from proxy_addons._attribution import derive_thread
 from sclated.capture import CallRecord, build_trajectories
 from tests.capture.fake_daemon import FakeDaemon
-
-SECRET = "s3cr3t-xyz"
-RUN = "run-42"
-KEY = f"sk-sclate-{RUN}-{SECRET}"
-REAL = "real-upstream-key"
-
-CHAT_BODY: dict[str, Any] = {
-    "model": "m1",
-    "messages": [
-        {"role": "system", "content": "You are helpful."},
-        {"role": "user", "content": "hi"},
-    ],
-    "temperature": 0.7,
-    "max_tokens": 16,
-    "seed": 3,
-}
-
-VLLM_CHAT_RESPONSE: dict[str, Any] = {
-    "id": "c1",
-    "object": "chat.completion",
-    "model": "m1",
-    "prompt_token_ids": [1, 2, 3, 4],
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "hello"},
-            "finish_reason": "stop",
-            "token_ids": [10, 11],
-            "logprobs": {
-                "content": [
-                    {"token": "hel", "logprob": -0.5, "top_logprobs": []},
-                    {"token": "lo", "logprob": -0.25, "top_logprobs": []},
-                ]
-            },
-        }
-    ],
-    "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6},
-}
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # Unix socket paths are limited to ~108 bytes; pytest's tmp_path is long.
-    d = Path(tempfile.mkdtemp(prefix="scl", dir="/tmp"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-async def daemon(short_dir: Path) -> AsyncIterator[FakeDaemon]:
-    d = FakeDaemon(short_dir / "s.sock", RUN)
-    await d.start()
-    yield d
-    await d.stop()
-
-
-class Harness:
-    def __init__(self, addon: SclateCapture, tctx: taddons.context, spool: Path) -> None:
-        self.addon = addon
-        self.tctx = tctx
-        self.spool = spool
-
-    def flow(
-        self,
-        body: Any = None,
-        *,
-        port: int = 4001,
-        path: str = "/v1/chat/completions",
-        headers: dict[str, str] | None = None,
-        key: str | None = KEY,
-    ) -> http.HTTPFlow:
-        f = tflow.tflow()
-        f.client_conn.sockname = ("127.0.0.1", port)
-        h: dict[str | bytes, str | bytes] = {"content-type": "application/json"}
-        if key is not None:
-            h["authorization"] = f"Bearer {key}"
-        h.update(headers or {})
-        f.request = http.Request.make(
-            "POST",
-            f"http://127.0.0.1:{port}{path}",
-            json.dumps(CHAT_BODY if body is None else body),
-            h,
-        )
-        f.response = None
-        return f
-
-    async def send(self, f: http.HTTPFlow) -> None:
-        self.addon.requestheaders(f)
-        if f.response is None:
-            await self.addon.request(f)
-
-    async def reply_json(self, f: http.HTTPFlow, body: Any, status: int = 200) -> None:
-        f.response = http.Response.make(
-            status, json.dumps(body), {"content-type": "application/json"}
-        )
-        self.addon.responseheaders(f)
-        self.addon.response(f)
-        await self.addon.flush()
-
-    def start_sse(self, f: http.HTTPFlow) -> Any:
-        f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
-        self.addon.responseheaders(f)
-        stream = f.response.stream
-        assert callable(stream)
-        return stream
-
-
-@pytest.fixture
-async def harness(daemon: FakeDaemon, short_dir: Path) -> AsyncIterator[Harness]:
-    addon = SclateCapture()
-    spool = short_dir / "spool"
-    with taddons.context(addon) as tctx:  # type: ignore[no-untyped-call]
-        tctx.configure(
-            addon,
-            sclate_roles="4001=agent,4002=memory,4003=aux",
-            sclate_run_secret=SECRET,
-            sclate_upstream_key=REAL,
-            sclate_control_socket=str(daemon.path),
-            sclate_spool=str(spool),
-            sclate_retry_interval=0.05,
-        )
-        yield Harness(addon, tctx, spool)
-        await addon.done()
-
-
-def sse(*events: Any) -> bytes:
-    out = b""
-    for e in events:
-        data = e if isinstance(e, str) else json.dumps(e, ensure_ascii=False)
-        out += f"data: {data}\n\n".encode()
-    return out
-
-
-# -- pure helpers ---------------------------------------------------------------
-
-
-def test_parse_roles_and_keys() -> None:
-    assert parse_roles("4001=agent, 4002=memory") == {4001: "agent", 4002: "memory"}
-    with pytest.raises(ValueError):
-        parse_roles("4001agent")
-    assert run_from_key(KEY, SECRET) == RUN
-    assert run_from_key(f"sk-sclate-a-b-c-{SECRET}", SECRET) == "a-b-c"
-    assert run_from_key(f"sk-sclate-{RUN}-wrong", SECRET) is None
-    assert run_from_key(f"sk-sclate--{SECRET}", SECRET) is None
-    assert run_from_key(KEY, "") is None  # no configured secret: fail closed
-    assert run_from_key("sk-real-openai-key", SECRET) is None
-
-
-def test_thread_derivation_groups_growing_conversations() -> None:
-    first = derive_thread("openai_chat", CHAT_BODY)
-    longer = dict(CHAT_BODY)
-    longer["messages"] = [
-        *CHAT_BODY["messages"],
-        {"role": "assistant", "content": "x"},
-        {"role": "user", "content": "y"},
-    ]
-    assert derive_thread("openai_chat", longer) == first
-    other = dict(CHAT_BODY, messages=[{"role": "user", "content": "different"}])
-    assert derive_thread("openai_chat", other) != first
-
-
-def test_anthropic_stream_reassembly() -> None:
-    text = (
-        'event: message_start\ndata: {"type":"message_start","message":{"id":"m","role":'
-        '"assistant","model":"claude","content":[],"usage":{"input_tokens":5}}}\n\n'
-        'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
-        '"content_block":{"type":"text","text":""}}\n\n'
-        'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-        '"delta":{"type":"text_delta","text":"Hel"}}\n\n'
-        'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-        '"delta":{"type":"text_delta","text":"lo"}}\n\n'
-        'event: content_block_start\ndata: {"type":"content_block_start","index":1,'
-        '"content_block":{"type":"tool_use","id":"tu1","name":"ls","input":{}}}\n\n'
-        'event: content_block_delta\ndata: {"type":"content_block_delta","index":1,'
-        '"delta":{"type":"input_json_delta","partial_json":"{\\"p\\": "}}\n\n'
-        'event: content_block_delta\ndata: {"type":"content_block_delta","index":1,'
-        '"delta":{"type":"input_json_delta","partial_json":"\\"/\\"}"}}\n\n'
-        'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":'
-        '"tool_use"},"usage":{"output_tokens":7}}\n\n'
-        'event: message_stop\ndata: {"type":"message_stop"}\n\n'
-    )
-    final, finished = assemble_stream("anthropic_messages", text)
-    assert finished
-    assert final["content"][0] == {"type": "text", "text": "Hello"}
-    assert final["content"][1]["input"] == {"p": "/"}
-    assert final["stop_reason"] == "tool_use"
-    assert final["usage"] == {"input_tokens": 5, "output_tokens": 7}
-    _, cut = assemble_stream("anthropic_messages", text[: text.index("event: message_delta")])
-    assert not cut
-
+from tests.proxy_addons.harness import CHAT_BODY, KEY, REAL, RUN, VLLM_CHAT_RESPONSE, Harness, sse
 
 # -- attribution and secrets ------------------------------------------------------------
 
 
-async def test_role_from_listener_port_and_key_swapped(
-    harness: Harness, daemon: FakeDaemon
-) -> None:
+async def test_role_from_listener_port_and_key_swapped(harness: Harness, daemon: FakeDaemon) -> None:
     f = harness.flow(port=4002, headers={"x-sclate-thread": "th-1", "x-sclate-turn": "3"})
     await harness.send(f)
     # The real key goes upstream; the sandbox's key and sclate headers do not.
@@ -271,9 +69,7 @@ async def test_x_api_key_is_swapped(harness: Harness, daemon: FakeDaemon) -> Non
 
 
 @pytest.mark.parametrize("key", [f"sk-sclate-{RUN}-nope", "sk-not-ours", None])
-async def test_wrong_or_missing_key_is_answered_locally(
-    harness: Harness, daemon: FakeDaemon, key: str | None
-) -> None:
+async def test_wrong_or_missing_key_is_answered_locally(harness: Harness, daemon: FakeDaemon, key: str | None) -> None:
     f = harness.flow(key=key)
     await harness.send(f)
     assert f.response is not None and f.response.status_code == 401
@@ -349,9 +145,7 @@ async def test_token_flags_injected_only_when_absent(harness: Harness, daemon: F
     assert f4.request.content == original
 
 
-async def test_sse_chunks_pass_through_unchanged_in_order(
-    harness: Harness, daemon: FakeDaemon
-) -> None:
+async def test_sse_chunks_pass_through_unchanged_in_order(harness: Harness, daemon: FakeDaemon) -> None:
     f = harness.flow(dict(CHAT_BODY, stream=True))
     await harness.send(f)
     body = sse(
@@ -417,16 +211,12 @@ async def test_sse_chunks_pass_through_unchanged_in_order(
     assert rec.finish_reason == "stop" and rec.complete
 
 
-async def test_cut_stream_then_retry_is_marked_and_not_a_sample(
-    harness: Harness, daemon: FakeDaemon
-) -> None:
+async def test_cut_stream_then_retry_is_marked_and_not_a_sample(harness: Harness, daemon: FakeDaemon) -> None:
     body = dict(CHAT_BODY, stream=True)
     f = harness.flow(body)
     await harness.send(f)
     stream = harness.start_sse(f)
-    stream(
-        sse({"id": "c", "prompt_token_ids": [1, 2], "choices": [{"index": 0, "token_ids": [5]}]})
-    )
+    stream(sse({"id": "c", "prompt_token_ids": [1, 2], "choices": [{"index": 0, "token_ids": [5]}]}))
     f.error = tflow.terr("connection closed by peer")
     harness.addon.error(f)
     await harness.addon.flush()
@@ -469,9 +259,7 @@ async def test_cut_stream_then_retry_is_marked_and_not_a_sample(
 # -- delivery ---------------------------------------------------------------------------
 
 
-async def test_spooled_while_daemon_away_then_redelivered_once(
-    harness: Harness, daemon: FakeDaemon
-) -> None:
+async def test_spooled_while_daemon_away_then_redelivered_once(harness: Harness, daemon: FakeDaemon) -> None:
     await daemon.stop()
     f = harness.flow()
     await harness.send(f)
@@ -500,10 +288,26 @@ async def test_spooled_while_daemon_away_then_redelivered_once(
     assert len(await daemon.records()) == 1
 
 
-async def test_invalid_record_moves_to_rejected(harness: Harness, daemon: FakeDaemon) -> None:
+async def test_a_spooled_record_the_schema_refuses_is_set_aside_at_once(
+    harness: Harness, daemon: FakeDaemon, caplog: pytest.LogCaptureFixture
+) -> None:
     bad = {"call_id": "c-bad", "run": RUN}  # missing required fields
     harness.addon.spool.write("c-bad", json.dumps(bad))
     assert await harness.addon.redeliver() == 0
     assert not (harness.spool / "c-bad.json").exists()
     assert (harness.spool / "rejected" / "c-bad.json").exists()
-    assert await daemon.records() == []
+    assert daemon.of_type("record") == []  # refused here, never sent
+    assert "c-bad" in caplog.text and "role is required" in caplog.text
+
+
+async def test_a_record_the_daemon_refuses_moves_to_rejected(harness: Harness, daemon: FakeDaemon) -> None:
+    f = harness.flow()
+    await harness.send(f)
+    await harness.reply_json(f, VLLM_CHAT_RESPONSE)
+    sent = daemon.of_type("record")[0]["record"]
+    # Valid by the schema, but it names another run than the socket's.
+    other = dict(sent, call_id="c-other", run="someone-else")
+    harness.addon.spool.write("c-other", json.dumps(other))
+    assert await harness.addon.redeliver() == 0
+    assert (harness.spool / "rejected" / "c-other.json").exists()
+    assert len(daemon.of_type("record")) == 2 and len(await daemon.records()) == 1

@@ -1,0 +1,131 @@
+"""One model call in flight: what the hooks learn of it, and the record it
+becomes when it ends (mitmproxy-free, so tests drive it directly)."""
+
+import asyncio
+import codecs
+import dataclasses
+import hashlib
+import time
+from typing import Any
+
+from proxy_addons import _attribution, _sse, _tokens
+from proxy_addons.record import SCHEMA_VERSION, ApiKind, Chunk, Record, Timings
+
+
+@dataclasses.dataclass
+class Call:
+    call_id: str
+    run: str
+    role: str
+    api: ApiKind
+    method: str
+    path: str
+    start_ns: int
+    thread: str = ""
+    thread_source: str = "derived"
+    turn: int | None = None
+    parent_thread: str | None = None
+    branch_hint: str | None = None
+    request_body: Any = None
+    injected: list[str] = dataclasses.field(default_factory=list)
+    body_hash: str = ""
+    retry_of: str | None = None
+    unleased: bool = False
+    lease: asyncio.Task[None] | None = None
+    """The ``call_start`` round trip, asked for at the request's headers."""
+    first_byte_ns: int | None = None
+    streamed: bool = False
+    chunks: list[Chunk] = dataclasses.field(default_factory=list)
+    text_parts: list[str] = dataclasses.field(default_factory=list)
+    decoder: codecs.IncrementalDecoder | None = None
+
+    def with_hints(self, hints: _attribution.Hints) -> None:
+        self.turn, self.parent_thread, self.branch_hint = hints.turn, hints.parent_thread, hints.branch_hint
+        if hints.thread:
+            self.thread, self.thread_source = hints.thread, "header"
+
+    def read_request(self, raw: bytes, request_tokens: bool) -> bytes:
+        """Note the request body; returns the body to forward (with the token
+        flags when ``request_tokens``)."""
+        self.body_hash = hashlib.sha256(raw).hexdigest()
+        body = _sse.json_or_none(raw.decode("utf-8", "replace")) if raw else None
+        if not self.thread:
+            self.thread = _attribution.derive_thread(self.api, body)
+        forward = raw
+        if request_tokens:
+            forward, self.injected = _tokens.with_token_flags(self.api, raw, body)
+        self.request_body = body if body is not None or not raw else raw.decode("utf-8", "replace")
+        return forward
+
+    def start_stream(self) -> None:
+        self.streamed = True
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def stream_chunk(self, chunk: bytes) -> None:
+        assert self.decoder is not None
+        text = self.decoder.decode(chunk)
+        self.chunks.append(Chunk(t_ns=time.time_ns(), size=len(chunk), text=text))
+        self.text_parts.append(text)
+
+    def response_body(self, raw: bytes | None) -> tuple[Any, bool]:
+        """The response as JSON (or text), and whether a stream ended properly."""
+        if self.streamed:
+            if self.decoder is not None:
+                tail = self.decoder.decode(b"", final=True)
+                if tail:
+                    self.text_parts.append(tail)
+            return _sse.assemble_stream(self.api, "".join(self.text_parts))
+        if raw is None:
+            return None, True
+        text = raw.decode("utf-8", "replace")
+        parsed = _sse.json_or_none(text) if text else None
+        return (parsed if parsed is not None else (text or None)), True
+
+    def to_record(self, status: int | None, raw: bytes | None, error: str | None, end_ns: int) -> Record:
+        """The call's record: ``status`` and ``raw`` body of the response
+        (None without one; ignored for a stream, whose chunks were kept),
+        ``error`` when the flow failed."""
+        warnings: list[str] = []
+        complete = error is None and status is not None and status < 400
+        body, finished = self.response_body(raw)
+        if self.streamed and self.api != "other" and not finished:
+            complete = False
+            if error is None:
+                warnings.append("stream ended without a final event")
+        tokens = _tokens.extract_tokens(self.api, body)
+        warnings.extend(tokens.warnings)
+        model = self.request_body.get("model") if isinstance(self.request_body, dict) else None
+        if model is None and isinstance(body, dict):
+            model = body.get("model")
+        return Record(
+            schema=SCHEMA_VERSION,
+            call_id=self.call_id,
+            run=self.run,
+            role=self.role,
+            api=self.api,
+            method=self.method,
+            path=self.path,
+            model=model if isinstance(model, str) else None,
+            stream=self.streamed,
+            sampling=_attribution.sampling_of(self.request_body),
+            injected=self.injected,
+            request=self.request_body,
+            status=status,
+            response=body,
+            chunks=self.chunks,
+            prompt_token_ids=tokens.prompt_token_ids,
+            completions=tokens.completions,
+            usage=tokens.usage,
+            finish_reason=tokens.finish_reason,
+            timings=Timings(start_ns=self.start_ns, first_byte_ns=self.first_byte_ns, end_ns=end_ns),
+            error=error,
+            complete=complete,
+            thread=self.thread,
+            thread_source=self.thread_source,
+            turn=self.turn,
+            parent_thread=self.parent_thread,
+            branch_hint=self.branch_hint,
+            retry_of=self.retry_of,
+            unleased=self.unleased,
+            warnings=warnings,
+        )

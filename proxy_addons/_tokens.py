@@ -1,0 +1,123 @@
+"""Token ids and log probabilities: asking OpenAI-style servers for them, and
+taking them out of a response exactly as the server returned them (nothing
+is ever re-tokenized: a response without ids yields None)."""
+
+import dataclasses
+import json
+from typing import Any
+
+from proxy_addons.record import Completion, is_token_ids
+
+TOKEN_FLAG_APIS = ("openai_chat", "openai_completions")
+
+
+@dataclasses.dataclass
+class Tokens:
+    prompt_token_ids: list[int] | None
+    completions: list[Completion]
+    usage: dict[str, Any] | None
+    finish_reason: str | None
+    warnings: list[str]
+
+
+def _ids(v: Any) -> list[int] | None:
+    return list(v) if is_token_ids(v) else None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _logprobs(lp: Any) -> list[float] | None:
+    if not isinstance(lp, dict):
+        return None
+    content = lp.get("content")
+    if isinstance(content, list):  # chat: one entry per token
+        out = [
+            float(e["logprob"])
+            for e in content
+            if isinstance(e, dict) and isinstance(e.get("logprob"), int | float) and not isinstance(e["logprob"], bool)
+        ]
+        return out if len(out) == len(content) else None
+    values = lp.get("token_logprobs")
+    if isinstance(values, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return [float(v) for v in values]  # completions
+    return None
+
+
+def extract_tokens(api: str, resp: Any) -> Tokens:
+    """Token ids, logprobs, usage and the finish reason of a (reassembled) response."""
+    out = Tokens(None, [], None, None, [])
+    if not isinstance(resp, dict):
+        return out
+    usage = resp.get("usage")
+    out.usage = usage if isinstance(usage, dict) else None
+    out.prompt_token_ids = _ids(resp.get("prompt_token_ids"))
+    if api == "anthropic_messages":
+        out.finish_reason = _str(resp.get("stop_reason"))
+        return out
+    if api == "openai_responses":
+        out.finish_reason = _str(resp.get("status"))
+        return out
+    for ch in resp.get("choices") or []:
+        if not isinstance(ch, dict):
+            continue
+        idx = ch.get("index")
+        idx = idx if type(idx) is int else len(out.completions)
+        if out.prompt_token_ids is None:
+            out.prompt_token_ids = _ids(ch.get("prompt_token_ids"))
+        token_ids = _ids(ch.get("token_ids"))
+        logprobs = _logprobs(ch.get("logprobs"))
+        if token_ids is not None and logprobs is not None and len(token_ids) != len(logprobs):
+            out.warnings.append(
+                f"choice {idx}: {len(token_ids)} token ids but {len(logprobs)} logprobs; logprobs dropped"
+            )
+            logprobs = None
+        out.completions.append(
+            Completion(index=idx, token_ids=token_ids, logprobs=logprobs, finish_reason=_str(ch.get("finish_reason")))
+        )
+    out.completions.sort(key=lambda c: c["index"])
+    if out.completions:
+        out.finish_reason = out.completions[0]["finish_reason"]
+    return out
+
+
+def inject_token_flags(api: str, body: Any) -> list[str]:
+    """Ask the server for token ids and logprobs (in ``body``); returns the keys added."""
+    if not isinstance(body, dict) or api not in TOKEN_FLAG_APIS:
+        return []
+    added: list[str] = []
+    if "return_token_ids" not in body:
+        body["return_token_ids"] = True
+        added.append("return_token_ids")
+    if "logprobs" not in body:
+        # Completions take an int (extra top alternatives); 0 still returns
+        # the sampled token's own logprob. Chat takes a bool.
+        body["logprobs"] = True if api == "openai_chat" else 0
+        added.append("logprobs")
+    return added
+
+
+def add_fields(raw: bytes, fields: dict[str, Any]) -> bytes | None:
+    """``raw``, a JSON object, with ``fields`` (absent from it) put first, the
+    rest left as it was: re-serialising a long conversation costs milliseconds.
+    None if ``raw`` does not start like an object."""
+    text = raw.lstrip()
+    if not text.startswith(b"{"):
+        return None
+    rest = text[1:]
+    added = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in fields.items()).encode()
+    return b"{" + added + (b"" if rest.lstrip().startswith(b"}") else b", ") + rest
+
+
+def with_token_flags(api: str, raw: bytes, body: Any) -> tuple[bytes, list[str]]:
+    """The request body to forward, asking for token ids and logprobs where the
+    API takes them and the caller did not set them, and the keys added.
+    ``body`` is ``raw`` parsed (None when it is not JSON); it gets the keys too."""
+    added = inject_token_flags(api, body)
+    if not added:
+        return raw, added
+    spliced = add_fields(raw, {k: body[k] for k in added})
+    if spliced is None:
+        spliced = json.dumps(body, ensure_ascii=False).encode()
+    return spliced, added

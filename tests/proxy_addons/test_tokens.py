@@ -1,0 +1,101 @@
+"""Token ids and logprobs taken as the server returned them, and the request
+flags that ask for them, spliced into the raw body."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from proxy_addons import record
+from proxy_addons._tokens import add_fields, extract_tokens, inject_token_flags, with_token_flags
+from tests.proxy_addons.harness import CHAT_BODY, VLLM_CHAT_RESPONSE
+
+
+def test_chat_response_tokens() -> None:
+    t = extract_tokens("openai_chat", VLLM_CHAT_RESPONSE)
+    assert t.prompt_token_ids == [1, 2, 3, 4]
+    assert t.completions == [{"index": 0, "token_ids": [10, 11], "logprobs": [-0.5, -0.25], "finish_reason": "stop"}]
+    assert t.finish_reason == "stop" and t.usage == VLLM_CHAT_RESPONSE["usage"] and t.warnings == []
+
+
+def test_completions_response_tokens_per_choice_in_order() -> None:
+    resp = {
+        "choices": [
+            {"index": 1, "token_ids": [7], "logprobs": {"token_logprobs": [-1]}, "finish_reason": "length"},
+            {"index": 0, "prompt_token_ids": [1], "token_ids": [5, 6], "logprobs": {"token_logprobs": [-1, -2.5]}},
+        ]
+    }
+    t = extract_tokens("openai_completions", resp)
+    assert t.prompt_token_ids == [1]  # from a choice, as vLLM's completions put it
+    assert [c["index"] for c in t.completions] == [0, 1]
+    assert t.completions[0]["logprobs"] == [-1.0, -2.5] and t.completions[1]["finish_reason"] == "length"
+    assert t.finish_reason is None  # choice 0's
+
+
+def test_no_ids_means_none_never_retokenized() -> None:
+    t = extract_tokens("openai_chat", {"choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": "stop"}]})
+    assert t.prompt_token_ids is None and t.completions[0]["token_ids"] is None
+
+
+def test_mismatched_logprobs_are_dropped_with_a_warning() -> None:
+    resp = {"choices": [{"index": 0, "token_ids": [1, 2], "logprobs": {"content": [{"logprob": -1.0}]}}]}
+    t = extract_tokens("openai_chat", resp)
+    assert t.completions[0]["token_ids"] == [1, 2] and t.completions[0]["logprobs"] is None
+    assert t.warnings == ["choice 0: 2 token ids but 1 logprobs; logprobs dropped"]
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {"index": "0", "token_ids": [-1, 2], "finish_reason": 3},
+        {"token_ids": [True], "logprobs": {"content": [{"logprob": None}]}},
+        {"index": 0, "token_ids": "1 2", "logprobs": {"token_logprobs": ["x"]}},
+    ],
+)
+def test_odd_server_values_still_make_a_valid_record(choice: dict[str, Any]) -> None:
+    """Whatever a server sends, what is extracted fits the schema: a record is
+    never refused over a server's odd token fields."""
+    t = extract_tokens("openai_chat", {"prompt_token_ids": [1, -2], "usage": [1], "choices": [choice]})
+    assert t.prompt_token_ids is None and t.usage is None
+    for i, c in enumerate(t.completions):
+        record.validate_part(record.Completion, c, f"completions[{i}]")
+    assert t.completions[0]["token_ids"] is None and t.completions[0]["finish_reason"] is None
+
+
+@pytest.mark.parametrize(
+    ("api", "resp", "finish"),
+    [
+        ("anthropic_messages", {"stop_reason": "end_turn", "usage": {"input_tokens": 1}}, "end_turn"),
+        ("openai_responses", {"status": "completed", "usage": {"input_tokens": 1}}, "completed"),
+    ],
+)
+def test_apis_without_token_ids(api: str, resp: dict[str, Any], finish: str) -> None:
+    t = extract_tokens(api, resp)
+    assert (t.prompt_token_ids, t.completions, t.finish_reason, t.usage) == (None, [], finish, resp["usage"])
+
+
+def test_flags_added_only_where_taken_and_absent() -> None:
+    body = dict(CHAT_BODY)
+    assert inject_token_flags("openai_chat", body) == ["return_token_ids", "logprobs"]
+    assert body["return_token_ids"] is True and body["logprobs"] is True
+    comp: dict[str, Any] = {"prompt": "x", "logprobs": 2}
+    assert inject_token_flags("openai_completions", comp) == ["return_token_ids"] and comp["logprobs"] == 2
+    assert inject_token_flags("openai_completions", {"prompt": "x"}) == ["return_token_ids", "logprobs"]
+    for api in ("anthropic_messages", "openai_responses", "other"):
+        assert inject_token_flags(api, dict(CHAT_BODY)) == []
+    assert inject_token_flags("openai_chat", ["not", "an", "object"]) == []
+
+
+def test_flags_spliced_into_the_raw_body() -> None:
+    raw = b'  {"model": "m",\n "messages": []}'
+    out, added = with_token_flags("openai_chat", raw, json.loads(raw))
+    assert added == ["return_token_ids", "logprobs"]
+    assert out == b'{"return_token_ids": true, "logprobs": true, "model": "m",\n "messages": []}'
+    assert add_fields(b"{}", {"a": 1}) == b'{"a": 1}'
+    assert add_fields(b"[1]", {"a": 1}) is None
+    same = b'{"model": "m", "return_token_ids": false, "logprobs": false}'
+    assert with_token_flags("openai_chat", same, json.loads(same)) == (same, [])
+    anthropic = b'{"model": "m"}'
+    assert with_token_flags("anthropic_messages", anthropic, json.loads(anthropic))[0] is anthropic
