@@ -1,7 +1,9 @@
 """Capture: call records from the in-sandbox proxy, trajectories, trainer export.
 
-The proxy side lives in ``proxy_addons/capture.py`` (it runs inside sandboxes
-and imports nothing from here); this package is the daemon side.
+The proxy side lives in ``proxy_addons/`` (it runs inside sandboxes and
+imports nothing from here); this package is the daemon side. The call-record
+schema is shared: ``proxy_addons.record`` declares it once, the addon builds
+records with it and ``CallRecord`` reads and writes them through it.
 """
 
 from sclated.capture._export import ATIF_SCHEMA_VERSION, EXPORT_FORMATS, export
