@@ -10,6 +10,11 @@ need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# Tests use them: systemd-analyze (the unit verifies), objdump (the model's
+# instructions are portable), chattr (a read-only directory even for root).
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v objdump >/dev/null 2>&1 || need+=(binutils)
+command -v chattr >/dev/null 2>&1 || need+=(e2fsprogs)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
 
 if [ ${#need[@]} -gt 0 ]; then

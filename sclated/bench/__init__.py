@@ -1,4 +1,4 @@
-"""Benchmarks of sclate itself, behind `sclate bench NAME --json`."""
+"""Benchmarks of sclate itself, behind `sclated bench NAME --json`."""
 
 from sclated.bench._cli import BENCHES, run_bench_cli
 from sclated.bench._scheduler import bench_scheduler

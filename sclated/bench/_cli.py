@@ -1,4 +1,4 @@
-"""`sclate bench NAME [--json] [options]`: each prints ONE JSON object with --json.
+"""`sclated bench NAME [--json] [options]`: each prints ONE JSON object with --json.
 
 Benchmarks clean up after themselves, also when they fail or are interrupted:
 SIGINT and SIGTERM cancel the benchmark (so every ``finally`` runs: containers
@@ -119,7 +119,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
 
 
 def run_bench_cli(which: str, argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"sclate bench {which}")
+    p = argparse.ArgumentParser(prog=f"sclated bench {which}")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     p.add_argument("--runs", type=int, default=None, help="daemon: concurrent runs (default 1000; 20 with --quick)")
@@ -136,7 +136,7 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
     if bench is None:
-        print(f"sclate bench: no benchmark named {which!r}; have: {', '.join(BENCHES)}")
+        print(f"sclated bench: no benchmark named {which!r}; have: {', '.join(BENCHES)}")
         return 2
     import uvloop
 
@@ -151,7 +151,7 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
 
         def on_signal(sig: int) -> None:
             if not got:
-                print(f"sclate bench {which}: {signal.Signals(sig).name}, cleaning up", file=sys.stderr, flush=True)
+                print(f"sclated bench {which}: {signal.Signals(sig).name}, cleaning up", file=sys.stderr, flush=True)
                 task.cancel()
             got.append(sig)
 

@@ -1,4 +1,4 @@
-"""The daemon's embedded model: a `sclate model serve` child process, started
+"""The daemon's embedded model: a `sclated model serve` child process, started
 when the first run needs it, watched for its whole life, and stopped with the
 daemon.
 
@@ -46,7 +46,7 @@ _TAIL_BYTES = 8192
 # Signals by which a crashing native library dies (as opposed to being stopped).
 _CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
 _REBUILD_HINT = (
-    "the llama.cpp build may not suit this CPU: run `sclate doctor`, or rebuild it with "
+    "the llama.cpp build may not suit this CPU: run `sclated doctor`, or rebuild it with "
     "`.venv/bin/pip uninstall -y llama-cpp-python; rm -rf ~/.cache/sclate/wheels/llama-*; make venv`"
 )
 

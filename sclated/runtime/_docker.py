@@ -176,7 +176,7 @@ class DockerRuntime(Runtime):
                 if exc.status == 404 and "image" in exc.message.lower():
                     raise NotFound(
                         f"image {spec.image!r} is not on this engine; build it with "
-                        "`sclate images build` (sandbox images are local, never pulled)",
+                        "`sclated images build` (sandbox images are local, never pulled)",
                         field="image",
                     ) from exc
                 raise docker_error(exc, f"creating the sandbox for run {spec.run}") from exc

@@ -1,4 +1,4 @@
-"""`sclate doctor`'s runtime checks: engine, images, simulated time and isolation inside."""
+"""`sclated doctor`'s runtime checks: engine, images, simulated time and isolation inside."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class Check:
     fix: str = ""
 
 
-_BUILD_FIX = "build them: `make images` (or `sudo .venv/bin/sclate images build`)"
+_BUILD_FIX = "build them: `make images` (or `sudo .venv/bin/sclated images build`)"
 
 
 async def run_doctor(*, sandbox_image: str = "sclate-sandbox") -> list[Check]:
@@ -116,7 +116,7 @@ async def _sandbox_checks(runtime: DockerRuntime, image: str) -> list[Check]:
                         "simulated time in a sandbox",
                         False,
                         exc.message,
-                        "rebuild the images (`sclate images build`); the sandbox image must "
+                        "rebuild the images (`sclated images build`); the sandbox image must "
                         "carry PyPI's libfaketime build at /usr/local/lib/faketime",
                     )
                 )

@@ -417,7 +417,7 @@ async def _build_debootstrap(docker: aiodocker.Docker, recipe: ImageRecipe, tag:
     spec = recipe.debootstrap
     if os.geteuid() != 0:
         raise FailedPrecondition(
-            f"building {recipe.name} runs debootstrap, which needs root: run `sudo .venv/bin/sclate images build` once"
+            f"building {recipe.name} runs debootstrap, which needs root: run `sudo .venv/bin/sclated images build` once"
         )
     tool = shutil.which("debootstrap")
     if tool is None:
@@ -619,9 +619,9 @@ async def _build_dockerfile(docker: aiodocker.Docker, recipe: ImageRecipe, tag: 
 
 
 def build_images_cli(argv: Sequence[str] | None = None) -> int:
-    """``sclate images build [--only NAME ...] [--check]``; returns the exit code."""
+    """``sclated images build [--only NAME ...] [--check]``; returns the exit code."""
     parser = argparse.ArgumentParser(
-        prog="sclate images build",
+        prog="sclated images build",
         description="Build the sandbox images locally (content-hashed; existing tags are kept).",
     )
     parser.add_argument("--only", action="append", metavar="NAME", help="build NAME (+parents)")
@@ -633,7 +633,7 @@ def build_images_cli(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_check(args.only))
         return asyncio.run(_build_cli(args.only, args.quiet))
     except SclateError as exc:
-        print(f"sclate images build: {exc.message}", file=sys.stderr)
+        print(f"sclated images build: {exc.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

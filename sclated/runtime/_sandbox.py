@@ -218,7 +218,7 @@ class Sandbox:
                 f"time probe in sandbox {self.info.name}: the probe command failed "
                 f"(exit {result.exit_code}): {result.stderr.decode(errors='replace')[-400:]!r}. "
                 "If Python's time.sleep fails with EINVAL the image has Debian's libfaketime "
-                "0.9.10; rebuild the images with `sclate images build`.",
+                "0.9.10; rebuild the images with `sclated images build`.",
                 reason="TIME_PROBE_FAILED",
             )
         try:

@@ -168,7 +168,7 @@ async def test_a_server_that_keeps_dying_while_starting_is_reported(tmp_path: Pa
         await model.url()
     assert "the embedded model server died (SIGSEGV, signal 11) 3 times in " in err.value.message
     assert f"giving up; see {log_path}" in err.value.message
-    assert "sclate doctor" in err.value.message
+    assert "sclated doctor" in err.value.message
     failed = model.status
     assert failed.state == "failed" and failed.error == err.value.message
     await model.close()
@@ -325,7 +325,7 @@ async def test_a_bridge_says_why_the_model_is_gone(tmp_path: Path, short_dir: Pa
         error = json.loads(body)["error"]
         assert error["type"] == "sclate_model_unavailable"
         assert error["message"].startswith("sclate: the embedded model server died (SIGSEGV, signal 11) 2 times in ")
-        assert "giving up" in error["message"] and "sclate doctor" in error["message"]
+        assert "giving up" in error["message"] and "sclated doctor" in error["message"]
         assert bridge.stats.failed == 1 and bridge.stats.failing_since is not None
         assert "giving up" in bridge.stats.last_error
     finally:

@@ -144,7 +144,7 @@ async def test_labels_list_adopt_and_reap(
 
 async def test_unknown_image_is_not_found_and_leaves_nothing(runtime: DockerRuntime) -> None:
     spec = _spec("sclate-sandbox:no-such-tag", "ghost", volumes=(VolumeMount("m", "/memory"),))
-    with pytest.raises(NotFound, match="sclate images build"):
+    with pytest.raises(NotFound, match="sclated images build"):
         await runtime.create(spec)
     assert await runtime.list_containers({LABEL_DAEMON: runtime.daemon_id}) == []
     vols = await runtime.docker._query_json("volumes", params={"filters": json.dumps(
