@@ -103,6 +103,9 @@ async def test_runs_get_json_has_every_field_with_numbers_as_numbers(tmp_path: P
         assert [(v["round_id"], v["score"]) for v in verdicts] == [("d0", 1.0), ("d1", 1.0)]
         table = await asyncio.to_thread(sclate, "runs", "get", "none")
         assert table.returncode == 0 and "ungraded (0/2 rounds graded)" in table.stdout
+        # The table shows the checked deliveries and where the wall time went.
+        ok_table = (await asyncio.to_thread(sclate, "runs", "get", "ok")).stdout
+        assert "out of order" in ok_table and "overhead" in ok_table, ok_table
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0

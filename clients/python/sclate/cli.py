@@ -236,15 +236,39 @@ def _show_run(run: Any, output: str) -> None:
         if s.events_scheduled:
             t.add_row(
                 "scheduler",
-                f"{s.events_fired}/{s.events_scheduled} fired, in order: {s.in_order}, "
-                f"delay p50 {s.delivery_delay_ms_p50:.1f} ms max {s.delivery_delay_ms_max:.1f} ms, "
-                f"{s.jumps} jumps, compression {s.compression_ratio:,.0f}x (limit {s.compression_limit:,.0f}x)",
+                f"{s.events_fired}/{s.events_scheduled} fired, {s.jumps} jumps, "
+                f"compression {s.compression_ratio:,.0f}x (agent's own limit {s.compression_limit_agent:,.0f}x)",
+            )
+            t.add_row(
+                "deliveries",
+                f"{s.deliveries} ({s.deliveries_checked} checked on the harness's clock): {s.out_of_order} out of "
+                f"order, {s.early_deliveries} early, {s.negative_delays} negative delays; delay p50 "
+                f"{s.delivery_delay_ms_p50:.1f} ms, max {s.delivery_delay_ms_max:.1f} ms",
+            )
+            top = sorted(s.overhead_s.items(), key=lambda kv: -kv[1])[:3]
+            t.add_row(
+                "wall time",
+                f"{s.run_wall_s:.1f} s: agent {s.agent_s:.1f} s, overhead {100 * s.overhead_fraction:.1f}% "
+                f"({', '.join(f'{k} {v:.1f} s' for k, v in top)})",
             )
         for c in r.calls:
+            failed = f", {c.failed} failed ({', '.join(f'{k} {v}' for k, v in c.failed_by_cause.items())})"
             t.add_row(
                 f"calls ({c.role})",
-                f"{c.calls} calls, {c.prompt_tokens} prompt + {c.completion_tokens} completion tokens",
+                f"{c.calls} calls, {c.prompt_tokens} prompt + {c.completion_tokens} completion tokens"
+                + (failed if c.failed else ""),
             )
+        if r.HasField("capture"):
+            cap = r.capture
+            t.add_row(
+                "capture",
+                f"{cap.calls_lost} lost, {cap.calls_unleased} unleased, "
+                f"{cap.calls_recovered_at_close} recovered at close (drain: {cap.drain or '-'})",
+            )
+        for j in r.judges:
+            t.add_row("judge", f"{j.endpoint} {j.model}" + (" (embedded: not comparable)" if j.embedded else ""))
+        for w in r.warnings:
+            t.add_row("[bold yellow]warning[/]", w)
         if r.report_path:
             t.add_row("report", r.report_path)
         if r.plot_path:
