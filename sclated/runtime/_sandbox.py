@@ -340,17 +340,7 @@ class SandboxManager:
         then (``probe``) check simulated time inside. Nothing is left behind on failure."""
         paths = await self._prepared(spec, run_dir, sim_ns)
         info = await self.runtime.create(spec)
-        sandbox = Sandbox(self.runtime, info, spec, paths)
-        sandbox.last_sim_ns = sim_ns
-        try:
-            await self.runtime.start(info.id)
-            if probe:
-                await sandbox.probe_time()
-        except BaseException:
-            with contextlib.suppress(SclateError):
-                await asyncio.shield(sandbox.remove())
-            raise
-        return sandbox
+        return await self._ready(Sandbox(self.runtime, info, spec, paths), sim_ns, start=True, probe=probe)
 
     async def restore(
         self, snapshot: SnapshotInfo, spec: SandboxSpec, run_dir: Path, *, sim_ns: int, probe: bool = True
@@ -358,10 +348,15 @@ class SandboxManager:
         """A fresh, started container from a snapshot (its committed image and archives), seeing
         ``sim_ns`` from its first process; then (``probe``) simulated time is checked inside."""
         paths = await self._prepared(spec, run_dir, sim_ns)
-        info = await restore(self.runtime, snapshot, spec)
-        sandbox = Sandbox(self.runtime, info, spec, paths)
+        info = await restore(self.runtime, snapshot, spec)  # started already
+        return await self._ready(Sandbox(self.runtime, info, spec, paths), sim_ns, start=False, probe=probe)
+
+    async def _ready(self, sandbox: Sandbox, sim_ns: int, *, start: bool, probe: bool) -> Sandbox:
+        """Start it (``start``) and check simulated time inside (``probe``); removed on failure."""
         sandbox.last_sim_ns = sim_ns
         try:
+            if start:
+                await self.runtime.start(sandbox.id)
             if probe:
                 await sandbox.probe_time()
         except BaseException:
