@@ -17,8 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     if args_in and args_in[0] in TOOLS:
         return run_tool(args_in)
 
-    from sclated.daemon import build_parser, load_config, run_daemon
-    from sclated.daemon._config import check_startup
+    from sclated.daemon import build_parser, check_startup, load_config, run_daemon
     from sclated.errors import SclateError
 
     parser = build_parser()

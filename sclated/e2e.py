@@ -101,7 +101,7 @@ async def _ensure_images(progress: Progress) -> None:
 
 
 async def _start_daemon(state_dir: Path, progress: Progress) -> tuple[asyncio.subprocess.Process, str]:
-    from sclated.bench._daemon import start_daemon_process
+    from sclated.bench import start_daemon_process
 
     progress(f"daemon: starting sclated (state in {state_dir})")
     proc, ready = await start_daemon_process(state_dir, "--drain-grace-s", "5")

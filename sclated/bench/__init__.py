@@ -1,6 +1,15 @@
 """Benchmarks of sclate itself, behind `sclated bench NAME --json`."""
 
 from sclated.bench._cli import BENCHES, run_bench_cli
+from sclated.bench._daemon import start_daemon_process
+from sclated.bench._sandbox import bench_sandbox, measure_publish_latency
 from sclated.bench._scheduler import bench_scheduler
 
-__all__ = ["BENCHES", "bench_scheduler", "run_bench_cli"]
+__all__ = [
+    "BENCHES",
+    "bench_sandbox",
+    "bench_scheduler",
+    "measure_publish_latency",
+    "run_bench_cli",
+    "start_daemon_process",
+]

@@ -91,7 +91,7 @@ def _daemon(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
 
 
 def _sandbox(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
-    from sclated.runtime._bench import bench_sandbox
+    from sclated.bench._sandbox import bench_sandbox
 
     rounds = args.rounds if args.rounds is not None else (3 if args.quick else 20)
     return bench_sandbox(rounds=rounds, quick=args.quick)

@@ -705,8 +705,7 @@ for port in map(int, sys.argv[1:]):
 
 
 async def _in_sandbox(tmp: Path, echo_url: str, calls: int, streams: int, secret: str) -> dict[str, Any]:
-    from sclated.runtime import DockerRuntime, Limits, ModelBridge, SandboxManager, build_all, image_ref
-    from sclated.runtime._sandbox import Sandbox
+    from sclated.runtime import DockerRuntime, Limits, ModelBridge, Sandbox, SandboxManager, build_all, image_ref
 
     await build_all(names=["sclate-sandbox"])
     image = await image_ref("sclate-sandbox")

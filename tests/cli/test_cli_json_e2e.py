@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sclated.bench._daemon import start_daemon_process
+from sclated.bench import start_daemon_process
 
 pytestmark = pytest.mark.e2e
 SCLATE = str(Path(sys.executable).with_name("sclate"))

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from sclated.bench._daemon import start_daemon_process
+from sclated.bench import start_daemon_process
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

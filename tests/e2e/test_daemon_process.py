@@ -16,7 +16,7 @@ import pytest
 from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
-from sclated.bench._daemon import start_daemon_process
+from sclated.bench import start_daemon_process
 from tests.api.conftest import synthetic_request
 
 pytestmark = pytest.mark.e2e

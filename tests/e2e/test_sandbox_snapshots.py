@@ -17,7 +17,7 @@ import pytest
 from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
-from sclated.bench._daemon import start_daemon_process
+from sclated.bench import start_daemon_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 

@@ -19,7 +19,7 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from adapters import AgentEnvironment
 from adapters.reference_harness import ReferenceHarness
-from sclated.bench._daemon import start_daemon_process
+from sclated.bench import start_daemon_process
 from sclated.clock import ClockConfig, ClockMode, SimClock
 from sclated.model import EmbeddedModel
 from sclated.runs import Resources, RunLoop

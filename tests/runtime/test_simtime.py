@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sclated.bench import measure_publish_latency
 from sclated.errors import InvalidArgument
 from sclated.runtime import SandboxManager, format_offset
-from sclated.runtime._bench import measure_publish_latency
 from sclated.runtime._simtime import publish_time_sync
 
 from .conftest import SIM_START_NS

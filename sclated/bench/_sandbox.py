@@ -1,4 +1,4 @@
-"""Runtime benchmark: ``await bench_sandbox()`` (or ``python -m sclated.runtime._bench``).
+"""Runtime benchmark: ``await bench_sandbox()`` (or ``python -m sclated.bench._sandbox``).
 
 Figures (all measured in the same process against the local engine):
 
@@ -35,9 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from sclated.errors import SclateError
-from sclated.runtime._docker import DockerRuntime
-from sclated.runtime._images import build_all, image_ref
-from sclated.runtime._sandbox import Sandbox, SandboxManager
+from sclated.runtime import DockerRuntime, Sandbox, SandboxManager, build_all, image_ref
 from sclated.runtime._snapshot import SNAPSHOT_REPO, restore, snapshot
 from sclated.runtime._spec import LABEL_DAEMON, Limits
 
