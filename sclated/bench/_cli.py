@@ -103,6 +103,12 @@ def _proxy(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_proxy(quick=args.quick, with_model=not args.no_model, in_sandbox=not args.no_sandbox)
 
 
+def _model(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._model import bench_model
+
+    return bench_model(quick=args.quick)
+
+
 def _e2e(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     from sclated.bench._e2e import bench_e2e
 
@@ -114,6 +120,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "daemon": _daemon,
     "sandbox": _sandbox,
     "proxy": _proxy,
+    "model": _model,
     "e2e": _e2e,
 }
 

@@ -42,6 +42,10 @@ class DaemonConfig:
     max_message_bytes: int = 4 * 1024 * 1024
     reports: bool = True
     """Write each finished run's report and timeline plot under state_dir/runs."""
+    model_n_ctx: int = 8192
+    """The embedded model's context in tokens; past the model's trained context
+    its RoPE is stretched (YaRN). Harnesses such as OpenClaw and Hermes send
+    prompts of 8-14k tokens; the KV cache costs ~23 kB per token for SmolLM2-135M."""
 
     @property
     def unix_socket_path(self) -> Path | None:
@@ -72,6 +76,8 @@ class DaemonConfig:
             )
         if self.tls_key is not None and self.tls_cert is None:
             raise ConfigError("tls_key is set without tls_cert: TLS needs the key's certificate", field="tls_key")
+        if not 256 <= self.model_n_ctx <= 131_072:
+            raise ConfigError(f"model_n_ctx must be in [256, 131072], got {self.model_n_ctx}", field="model_n_ctx")
         for name in ("max_running", "tenant_max_running", "tenant_max_active", "max_message_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}", field=name)
@@ -101,6 +107,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "log_level": (str,),
     "max_message_bytes": (int,),
     "reports": (bool,),
+    "model_n_ctx": (int,),
 }
 _PATHS = {"state_dir", "tokens_file", "tls_cert", "tls_key", "ready_file"}
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
@@ -129,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="write a report and timeline plot per finished run (default on)",
+    )
+    p.add_argument(
+        "--model-n-ctx", type=int, help="the embedded model's context in tokens (default 8192; more is stretched)"
     )
     return p
 

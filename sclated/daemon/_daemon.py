@@ -174,7 +174,7 @@ class Daemon:
             state_dir=config.state_dir,
             daemon_id=self.daemon_id,
             store=self.store,
-            model=EmbeddedModel(log_path=config.state_dir / "model-server.log"),
+            model=EmbeddedModel(log_path=config.state_dir / "model-server.log", n_ctx=config.model_n_ctx),
             sockets_dir=short_sockets_dir(config.state_dir),
         )
         self.manager = RunManager(

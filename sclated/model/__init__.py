@@ -14,15 +14,27 @@ capture proxy can record calls at token level.
 from ._chat import ChatMessage, ChatRenderer
 from ._common import ServerContext
 from ._config import ModelServerConfig, default_gguf_path
-from ._engine import Backend, Engine, Finish, SamplingParams, TokenStep, TopLogprob
+from ._engine import (
+    PROMPT_TOO_LONG,
+    Backend,
+    ContextInfo,
+    Engine,
+    Finish,
+    PromptStats,
+    SamplingParams,
+    TokenStep,
+    TopLogprob,
+)
 from ._server import RunningModelServer, build_app, serve_forever, start_model_server
 from ._service import EmbeddedModel, ModelState, ModelStatus
 from ._tools import ParsedOutput, ToolCall, ToolSpec, parse_tool_calls, tool_call_start
 
 __all__ = [
+    "PROMPT_TOO_LONG",
     "Backend",
     "ChatMessage",
     "ChatRenderer",
+    "ContextInfo",
     "EmbeddedModel",
     "Engine",
     "Finish",
@@ -30,6 +42,7 @@ __all__ = [
     "ModelState",
     "ModelStatus",
     "ParsedOutput",
+    "PromptStats",
     "RunningModelServer",
     "SamplingParams",
     "ServerContext",

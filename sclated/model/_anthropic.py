@@ -22,7 +22,7 @@ from ._common import (
     sse,
     text_of,
 )
-from ._engine import MAX_TOP_LOGPROBS, TokenStep
+from ._engine import MAX_TOP_LOGPROBS, PROMPT_TOO_LONG, TokenStep
 from ._openai import active_tool_names, chat_logprob
 from ._tools import ToolCall, ToolSpec
 
@@ -33,7 +33,11 @@ def anthropic_error_body(exc: SclateError, status: int) -> dict[str, Any]:
     kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
     if status == 503:
         kind = "overloaded_error"
-    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+    message = exc.message
+    if exc.reason == PROMPT_TOO_LONG:
+        # Anthropic's own wording, which Claude Code matches to compact its history.
+        message = f"prompt is too long: {message}"
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def _system_text(value: Any) -> str:

@@ -282,6 +282,11 @@ class Generation:
     def reason(self) -> str:
         return self.finish.reason if self.finish is not None else "stop"
 
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the engine reused from its KV cache (0 until the generation finished)."""
+        return self.finish.cached_tokens if self.finish is not None else 0
+
 
 @dataclass
 class ServerContext:

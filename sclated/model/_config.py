@@ -39,6 +39,16 @@ class ModelServerConfig:
     ``gguf`` of ``None`` means :func:`default_gguf_path`. ``port`` 0 lets the OS
     pick a free port (read it back from ``RunningModelServer.port``).
     ``n_threads`` of ``None`` lets llama.cpp choose.
+
+    ``n_ctx`` may exceed the context the model was trained on (harnesses such
+    as OpenClaw and Hermes send system prompts and tool lists far longer than
+    SmolLM2's 8,192 tokens): RoPE is then stretched with YaRN by
+    ``n_ctx / trained``, and ``GET /v1/models`` shows the stretch.
+    ``prefix_cache`` keeps the KV cache of the previous call and decodes only
+    what a new prompt adds after their shared prefix, in whole ``n_batch``
+    batches (a session's next call does not recompute its history, and its
+    output is the same as from an empty context); off, every call decodes its
+    whole prompt.
     """
 
     host: str = "127.0.0.1"
@@ -48,6 +58,7 @@ class ModelServerConfig:
     n_threads: int | None = None
     n_batch: int = 512
     model_name: str | None = None
+    prefix_cache: bool = True
 
     def gguf_path(self) -> Path:
         return self.gguf if self.gguf is not None else default_gguf_path()

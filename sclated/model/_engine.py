@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import logging
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,13 +34,26 @@ from sclated.errors import InvalidArgument, ModelUnavailable
 
 from ._config import ModelServerConfig
 
-__all__ = ["Backend", "Engine", "Finish", "SamplingParams", "TokenStep", "TopLogprob"]
+__all__ = [
+    "PROMPT_TOO_LONG",
+    "Backend",
+    "ContextInfo",
+    "Engine",
+    "Finish",
+    "PromptStats",
+    "SamplingParams",
+    "TokenStep",
+    "TopLogprob",
+]
 
 log = logging.getLogger("sclated.model")
 
 T = TypeVar("T")
 
 FinishReason = Literal["stop", "length"]
+
+PROMPT_TOO_LONG = "PROMPT_TOO_LONG"
+"""The reason of the InvalidArgument for a prompt beyond the context (each API words it its own way)."""
 
 # OpenAI caps top_logprobs at 20; more would only slow every step down.
 MAX_TOP_LOGPROBS = 20
@@ -92,6 +106,62 @@ class Finish:
     reason: FinishReason
     text: str = ""
     stop_sequence: str | None = None
+    cached_tokens: int = 0
+    """Prompt tokens taken from the KV cache of the previous call (not decoded again)."""
+
+
+@dataclass(frozen=True)
+class ContextInfo:
+    """The context a model serves, against the one it was trained on."""
+
+    n_ctx: int
+    trained: int
+    """The model's training context (``<arch>.context_length``); 0 when the file does not say."""
+    rope_scaling: str | None = None
+    """``yarn`` when ``n_ctx`` exceeds ``trained`` (RoPE stretched by ``factor``); None otherwise."""
+    factor: float = 1.0
+
+    def as_json(self) -> dict[str, Any]:
+        scaling = (
+            {"type": self.rope_scaling, "factor": self.factor, "original_max_position_embeddings": self.trained}
+            if self.rope_scaling
+            else None
+        )
+        return {"context_length": self.n_ctx, "trained_context_length": self.trained, "rope_scaling": scaling}
+
+
+@dataclass
+class PromptStats:
+    """What the engine did with prompts since it started (``GET /health``)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens reused from the previous call's KV cache."""
+    decoded_tokens: int = 0
+    """Prompt tokens actually decoded (``prompt_tokens - cached_tokens``)."""
+    decode_s: float = 0.0
+    """Wall time spent decoding prompts."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "decoded_tokens": self.decoded_tokens,
+            "decode_s": round(self.decode_s, 6),
+            "cache_hit_rate": self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0,
+            "decoded_tokens_per_s": self.decoded_tokens / self.decode_s if self.decode_s > 0 else 0.0,
+        }
+
+
+def common_prefix(cached: npt.NDArray[np.intc], prompt: Sequence[int]) -> int:
+    """How many leading tokens ``prompt`` shares with the cached ones."""
+    n = min(len(cached), len(prompt))
+    if n == 0:
+        return 0
+    differ = np.nonzero(cached[:n] != np.asarray(prompt[:n], dtype=cached.dtype))[0]
+    return int(differ[0]) if differ.size else n
 
 
 @dataclass
@@ -171,6 +241,12 @@ class Backend(Protocol):
     @property
     def n_ctx(self) -> int: ...
 
+    @property
+    def context(self) -> ContextInfo: ...
+
+    @property
+    def stats(self) -> PromptStats: ...
+
     async def tokenize(self, text: str) -> list[int]: ...
 
     def check_prompt(self, prompt_ids: Sequence[int], field: str = "prompt") -> None: ...
@@ -187,6 +263,10 @@ class Engine:
         self.config = config
         self.path = path
         self.n_ctx = config.n_ctx
+        self.context = ContextInfo(config.n_ctx, 0)
+        self.stats = PromptStats()
+        self._whole_batches = 0
+        """Leading context positions decoded in whole aligned batches (see ``_decode_prompt``)."""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sclate-model")
         self._model: _Model | None = None
         self._closed = False
@@ -225,20 +305,40 @@ class Engine:
                 "llama-cpp-python is not installed (pip install 'sclate[model]')",
                 reason="MODEL_PACKAGE_MISSING",
             ) from exc
+        n_ctx = self.config.n_ctx
         try:
+            trained = _trained_context(llama_cpp, self.path)
+            stretch: dict[str, Any] = {}
+            if trained and n_ctx > trained:
+                # Past its training context a RoPE model's attention falls
+                # apart; YaRN spreads the positions over the trained range.
+                stretch = {
+                    "rope_scaling_type": llama_cpp.LLAMA_ROPE_SCALING_TYPE_YARN,
+                    "rope_freq_scale": trained / n_ctx,
+                    "yarn_orig_ctx": trained,
+                }
             llm = llama_cpp.Llama(
                 model_path=str(self.path),
-                n_ctx=self.config.n_ctx,
+                n_ctx=n_ctx,
                 n_threads=self.config.n_threads,
                 n_batch=self.config.n_batch,
                 logits_all=False,
                 verbose=False,
+                **stretch,
             )
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelUnavailable(f"cannot load {self.path}: {exc}") from exc
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         self._model = _Model(llm=llm, lib=llama_cpp, vocab=vocab, n_vocab=int(llm.n_vocab()))
         self.n_ctx = int(llm.n_ctx())
+        self.context = ContextInfo(
+            self.n_ctx,
+            trained,
+            "yarn" if trained and self.n_ctx > trained else None,
+            round(self.n_ctx / trained, 4) if trained and self.n_ctx > trained else 1.0,
+        )
+        if self.context.rope_scaling:
+            log.info("context %d > trained %d: RoPE stretched (YaRN x%g)", self.n_ctx, trained, self.context.factor)
         meta: dict[str, str] = dict(llm.metadata)
         self.chat_template = meta.get("tokenizer.chat_template")
         self.bos_token = self._piece(int(llm.token_bos()), special=True).decode(errors="replace")
@@ -292,7 +392,7 @@ class Engine:
             raise InvalidArgument(
                 f"'{field}' is {len(prompt_ids)} tokens; the context holds {self.n_ctx} including the completion",
                 field=field,
-                reason="PROMPT_TOO_LONG",
+                reason=PROMPT_TOO_LONG,
             )
         n_vocab = self.n_vocab
         for tid in prompt_ids:
@@ -360,10 +460,7 @@ class Engine:
             budget = min(budget, params.max_tokens)
         n_top = min(max(params.top_logprobs, 0), MAX_TOP_LOGPROBS)
 
-        # Always a fresh context: reusing a cached prefix would decode the last
-        # prompt token in a different batch shape and can change the logits.
-        llm.reset()
-        llm.eval(prompt_ids)
+        cached = self._decode_prompt(llm, prompt_ids)
         generated = 0
         while True:
             if cancel.is_set():
@@ -403,7 +500,7 @@ class Engine:
                         True,
                     )
                 )
-                emit(Finish("stop", text.flush()))
+                emit(Finish("stop", text.flush(), cached_tokens=cached))
                 return
             released, stop_hit = text.feed(self._piece(token, special=False))
             emit(
@@ -417,12 +514,53 @@ class Engine:
                 )
             )
             if stop_hit is not None:
-                emit(Finish("stop", "", stop_hit))
+                emit(Finish("stop", "", stop_hit, cached_tokens=cached))
                 return
             if generated >= budget:
-                emit(Finish("length", text.flush()))
+                emit(Finish("length", text.flush(), cached_tokens=cached))
                 return
             llm.eval([token])
+
+    def _decode_prompt(self, llm: Any, prompt_ids: list[int]) -> int:
+        """Decode the prompt into the context; returns how many tokens came from the cache.
+
+        With the prefix cache, the KV cells of the tokens the prompt shares
+        with what the context holds are kept and only the rest is decoded. A
+        call's output must not depend on the call before it, and llama.cpp's
+        kernels give slightly different numbers for a position decoded in a
+        batch of another size (enough to flip a greedy near-tie). So only
+        whole batches are reused: positions decoded in full ``n_batch`` batches
+        starting at a multiple of ``n_batch``, exactly as a fresh decode of the
+        new prompt computes them, and the decode resumes at such a boundary.
+        The result is the fresh decode's, bit for bit, minus up to one batch
+        of work. Without the cache (or after any error, which leaves the
+        context unknown) the context starts empty.
+        """
+        batch = int(llm.n_batch)
+        reuse = 0
+        if self.config.prefix_cache and llm.n_tokens > 0:
+            shared = common_prefix(llm.input_ids[: llm.n_tokens], prompt_ids)
+            reuse = min(shared, self._whole_batches, len(prompt_ids) - 1) // batch * batch
+        started = time.perf_counter()
+        try:
+            if reuse > 0:
+                llm.n_tokens = reuse  # eval() drops the KV cells from here on
+            else:
+                llm.reset()
+            self._whole_batches = 0
+            llm.eval(prompt_ids[reuse:])
+        except BaseException:
+            llm.reset()
+            raise
+        # Generated tokens are decoded one at a time: never reusable as whole batches.
+        self._whole_batches = len(prompt_ids) // batch * batch
+        stats = self.stats
+        stats.calls += 1
+        stats.prompt_tokens += len(prompt_ids)
+        stats.cached_tokens += reuse
+        stats.decoded_tokens += len(prompt_ids) - reuse
+        stats.decode_s += time.perf_counter() - started
+        return reuse
 
     def _eog_ids(self) -> list[int]:
         model = self._require()
@@ -446,6 +584,20 @@ class Engine:
         finally:
             self._closed = True
             await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+
+def _trained_context(llama_cpp: Any, path: Path) -> int:
+    """The training context a GGUF declares (0 when it does not), read from its vocabulary-only load."""
+    probe = llama_cpp.Llama(model_path=str(path), vocab_only=True, n_ctx=16, verbose=False)
+    try:
+        meta: dict[str, str] = dict(probe.metadata)
+    finally:
+        probe.close()
+    arch = meta.get("general.architecture", "")
+    try:
+        return int(meta.get(f"{arch}.context_length", "0"))
+    except ValueError:
+        return 0
 
 
 def _log_softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

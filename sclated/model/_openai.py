@@ -25,7 +25,7 @@ from ._common import (
     sse,
     text_of,
 )
-from ._engine import MAX_TOP_LOGPROBS, TokenStep
+from ._engine import MAX_TOP_LOGPROBS, PROMPT_TOO_LONG, TokenStep
 from ._tools import ToolCall, ToolSpec
 
 __all__ = [
@@ -44,7 +44,10 @@ def error_body(exc: SclateError, status: int) -> dict[str, Any]:
     kind = "invalid_request_error" if status < 500 else "server_error"
     if status == 404:
         kind = "not_found_error"
-    return {"error": {"message": exc.message, "type": kind, "param": exc.field, "code": exc.reason}}
+    # OpenAI's own code for a prompt beyond the context, which clients (and
+    # harnesses that compact their history) recognise.
+    code = "context_length_exceeded" if exc.reason == PROMPT_TOO_LONG else exc.reason
+    return {"error": {"message": exc.message, "type": kind, "param": exc.field, "code": code}}
 
 
 def parse_chat_messages(value: list[Any], path: str = "messages") -> list[ChatMessage]:
@@ -165,9 +168,15 @@ class TokenOptions:
         return cls(f.opt_bool("return_token_ids") or logprobs, logprobs, top or 0)
 
 
-def _usage(gen: Generation) -> dict[str, int]:
+def _usage(gen: Generation) -> dict[str, Any]:
     p, c = len(gen.prompt_ids), len(gen.steps)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    # OpenAI's own field for prompt caching: the tokens reused from the KV cache.
+    return {
+        "prompt_tokens": p,
+        "completion_tokens": c,
+        "total_tokens": p + c,
+        "prompt_tokens_details": {"cached_tokens": gen.cached_tokens},
+    }
 
 
 def _max_tokens(f: Fields, *keys: str) -> int | None:

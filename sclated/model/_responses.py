@@ -172,7 +172,7 @@ async def handle_responses(ctx: ServerContext, request: web.Request, body: Any) 
             p, c = len(prompt_ids), len(gen.steps)
             obj["usage"] = {
                 "input_tokens": p,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": gen.cached_tokens},
                 "output_tokens": c,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": p + c,

@@ -112,6 +112,8 @@ async def _models(request: web.Request) -> web.StreamResponse:
                     "created": now(),
                     "owned_by": "sclate",
                     "max_model_len": ctx.engine.n_ctx,
+                    # The served context and any RoPE stretch past the trained one.
+                    **ctx.engine.context.as_json(),
                 }
             ],
         }
@@ -120,7 +122,15 @@ async def _models(request: web.Request) -> web.StreamResponse:
 
 async def _health(request: web.Request) -> web.StreamResponse:
     ctx = request.app[_CONTEXT]
-    return web.json_response({"status": "ok", "model": ctx.model_name, "n_ctx": ctx.engine.n_ctx})
+    return web.json_response(
+        {
+            "status": "ok",
+            "model": ctx.model_name,
+            "n_ctx": ctx.engine.n_ctx,
+            "context": ctx.engine.context.as_json(),
+            "prompts": ctx.engine.stats.as_json(),
+        }
+    )
 
 
 def build_app(ctx: ServerContext) -> web.Application:

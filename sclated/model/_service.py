@@ -156,6 +156,7 @@ class EmbeddedModel:
         backoff_max_s: float = 15.0,
         wait_timeout_s: float | None = None,
         stop_timeout_s: float = 10.0,
+        n_ctx: int | None = None,
     ) -> None:
         """``server_argv`` replaces ``python -m sclated.model`` (``--host/--port`` are appended).
 
@@ -165,6 +166,7 @@ class EmbeddedModel:
         self._server_argv = list(server_argv) if server_argv else [sys.executable, "-m", "sclated.model"]
         self._log_path = log_path
         self._gguf = gguf
+        self._n_ctx = n_ctx
         self._timeout = start_timeout_s
         self._max_restarts = max_restarts
         self._window = restart_window_s
@@ -349,6 +351,8 @@ class EmbeddedModel:
         args = [*self._server_argv, "--host", _HOST, "--port", str(port)]
         if self._gguf is not None:
             args += ["--gguf", str(self._gguf)]
+        if self._n_ctx is not None:
+            args += ["--n-ctx", str(self._n_ctx)]
         await asyncio.to_thread(self._log_path.parent.mkdir, parents=True, exist_ok=True)
         logf = await asyncio.to_thread(open, self._log_path, "ab")
         try:

@@ -235,6 +235,9 @@ CASES: dict[str, Callable[[Setup], Case]] = {
     "config-wrong-type-bool": _config('state_dir = "STATE"\nreports = "yes"\n', 2, "reports must be true or false"),
     "config-path-not-a-string": _config("state_dir = 5\n", 1, "state_dir must be a path (a non-empty string), got 5"),
     "config-out-of-range": _config('state_dir = "STATE"\nmax_running = 0\n', 2, "max_running must be at least 1"),
+    "config-model-context-out-of-range": _config(
+        'state_dir = "STATE"\nmodel_n_ctx = 100\n', 2, "model_n_ctx must be in [256, 131072], got 100"
+    ),
     "config-bad-listen": _config('state_dir = "STATE"\nlisten = "localhost"\n', 2, "listen 'localhost' must be"),
     "config-not-loopback": _config(
         'state_dir = "STATE"\nlisten = "0.0.0.0:0"\n', 2, "listen '0.0.0.0:0' is not a loopback address"

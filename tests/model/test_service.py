@@ -330,3 +330,25 @@ async def test_a_bridge_says_why_the_model_is_gone(tmp_path: Path, short_dir: Pa
         assert "giving up" in bridge.stats.last_error
     finally:
         await model.close()
+
+
+async def test_the_context_size_reaches_the_child(tmp_path: Path) -> None:
+    script = tmp_path / "argv.py"
+    # Writes its argv, then serves /health like the model server would.
+    script.write_text(
+        "import sys, json\nfrom pathlib import Path\nfrom aiohttp import web\n"
+        "Path(sys.argv[1]).write_text(json.dumps(sys.argv[2:]))\n"
+        "port = int(sys.argv[sys.argv.index('--port') + 1])\n"
+        "app = web.Application()\napp.router.add_get('/health', lambda r: web.json_response({'ok': True}))\n"
+        "web.run_app(app, host='127.0.0.1', port=port, print=None)\n"
+    )
+    argv_file = tmp_path / "argv.json"
+    model = EmbeddedModel(
+        log_path=tmp_path / "model.log", server_argv=[sys.executable, str(script), str(argv_file)], n_ctx=32768
+    )
+    try:
+        await model.url()
+        argv = json.loads(argv_file.read_text())
+        assert argv[argv.index("--n-ctx") + 1] == "32768"
+    finally:
+        await model.close()

@@ -15,7 +15,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from sclated.model import ChatRenderer, Finish, SamplingParams, ServerContext, TokenStep, build_app
+from sclated.model import (
+    ChatRenderer,
+    ContextInfo,
+    Finish,
+    PromptStats,
+    SamplingParams,
+    ServerContext,
+    TokenStep,
+    build_app,
+)
 
 from .helpers import post_json, post_sse
 from .test_units import SMOL_TEMPLATE
@@ -31,6 +40,8 @@ class ScriptedBackend:
 
     def __init__(self) -> None:
         self.prompts: list[str] = []
+        self.context = ContextInfo(self.n_ctx, self.n_ctx)
+        self.stats = PromptStats()
 
     async def tokenize(self, text: str) -> list[int]:
         self.prompts.append(text)
