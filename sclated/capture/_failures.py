@@ -12,12 +12,14 @@ from typing import Any
 
 __all__ = ["FAILURE_CAUSES", "failure_cause"]
 
-FAILURE_CAUSES = ("unreachable", "upstream_5xx", "timeout", "rejected", "bad_response", "aborted")
+FAILURE_CAUSES = ("unreachable", "upstream_5xx", "timeout", "context_length", "rejected", "bad_response", "aborted")
 """``unreachable``: the model endpoint could not be reached (connection refused, the
 bridge's 502 ``sclate_model_unavailable``, the model process died mid-call);
 ``upstream_5xx``: the server answered with another 5xx; ``timeout``: no answer in
-time (504 or a timed-out connection); ``rejected``: the server refused the request
-(4xx); ``bad_response``: a 2xx answer that is not a complete response (a stream
+time (504 or a timed-out connection); ``context_length``: the prompt did not fit the
+model's context (a 400 saying so in the API's own words: a harness's history or tool
+list outgrew the model); ``rejected``: the server refused the request for another
+reason (4xx); ``bad_response``: a 2xx answer that is not a complete response (a stream
 without its final event, a body that does not parse); ``aborted``: the caller hung
 up or the proxy failed before an answer."""
 
@@ -32,6 +34,17 @@ _UNREACHABLE_WORDS = (
     "reset by peer",
     "server disconnected",
 )
+
+
+def _too_long(response: Any) -> bool:
+    """Whether an error body says the prompt exceeded the context (OpenAI's code, Anthropic's words)."""
+    if not isinstance(response, Mapping):
+        return False
+    err = response.get("error")
+    if not isinstance(err, Mapping):
+        return False
+    message = str(err.get("message") or "").lower()
+    return err.get("code") == "context_length_exceeded" or message.startswith("prompt is too long")
 
 
 def _error_type(response: Any) -> str:
@@ -55,7 +68,7 @@ def failure_cause(record: Mapping[str, Any]) -> str | None:
         if status >= 500:
             return "upstream_5xx"
         if status >= 400:
-            return "rejected"
+            return "context_length" if _too_long(record.get("response")) else "rejected"
         if complete and not error:
             return None
         if "timeout" in error or "timed out" in error:

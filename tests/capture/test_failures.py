@@ -32,6 +32,19 @@ def _rec(**kw: Any) -> dict[str, Any]:
         (_rec(status=500, complete=False), "upstream_5xx"),
         (_rec(status=504, complete=False), "timeout"),
         (_rec(status=400, complete=False), "rejected"),
+        (
+            _rec(status=400, complete=False, response={"error": {"code": "context_length_exceeded", "message": "x"}}),
+            "context_length",
+        ),
+        (
+            _rec(
+                status=400,
+                complete=False,
+                response={"error": {"type": "invalid_request_error", "message": "prompt is too long: 9k"}},
+            ),
+            "context_length",
+        ),
+        (_rec(status=400, complete=False, response={"error": {"code": "invalid_value", "message": "bad"}}), "rejected"),
         (_rec(status=200, complete=False), "bad_response"),
         (_rec(status=None, complete=False, error="Connection refused"), "unreachable"),
         (_rec(status=None, complete=False, error="read timed out"), "timeout"),
