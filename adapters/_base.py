@@ -477,6 +477,8 @@ class HarnessDeclaration:
     options: frozenset[str] = frozenset()
     """The run options it accepts (validated by ``SandboxHarness`` construction)."""
     memory_systems: tuple[str, ...] = ("native",)
+    version: str = ""
+    """The harness's own version (its pinned package; the project's for the reference harness)."""
 
 
 class SandboxHarness(Protocol):

@@ -22,6 +22,7 @@ from adapters import (
 )
 from adapters.reference_harness._adapter import CRONTAB, HarnessCronSource, ReferenceHarnessAdapter, parse_crontab
 from adapters.reference_harness.image import IMAGE_NAME, register_image
+from sclated import __version__
 from sclated.errors import FailedPrecondition, InvalidArgument
 from sclated.scheduler import DeliverPrompt, EventSource
 
@@ -40,6 +41,7 @@ DECLARATION = HarnessDeclaration(
     capabilities=frozenset({Capability.SESSION_STATE, Capability.WAIT, Capability.CONSOLIDATE}),
     state_dirs=("/workspace", "/memory"),
     options=frozenset({"turn_timeout_s", "max_steps", "max_tokens"}),
+    version=__version__,
 )
 
 

@@ -22,6 +22,9 @@ __all__ = ["ScriptedAgent"]
 
 
 class ScriptedAgent(InProcessAgent):
+    CAPABILITIES = frozenset({Capability.SESSION_STATE})
+    """Declared once: the registry lists it without making an agent."""
+
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         opts = dict(options or {})
         turn_ms = opts.get("turn_ms", 5)
@@ -59,7 +62,7 @@ class ScriptedAgent(InProcessAgent):
 
     @property
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.SESSION_STATE})
+        return self.CAPABILITIES
 
     async def start_session(self, session: str) -> None:
         self._session = session

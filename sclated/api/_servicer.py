@@ -138,6 +138,10 @@ class SclateServicer(pb_grpc.SclateServicer):
                 description=entry.description,
                 sandboxed=entry.sandboxed,
                 memory_systems=list(entry.memory_systems),
+                version=entry.version,
+                wire_apis=list(entry.wire_apis),
+                capabilities=list(entry.capabilities),
+                image=entry.image,
             )
         return out
 

@@ -24,6 +24,13 @@ class AgentEntry:
     sandboxed: bool
     factory: AgentFactory
     memory_systems: tuple[str, ...] = ("native",)
+    version: str = ""
+    wire_apis: tuple[str, ...] = ()
+    """The model APIs it speaks (empty: it makes no model calls of its own)."""
+    capabilities: tuple[str, ...] = ()
+    """What it can do beyond sessions and messages (``adapters.Capability`` values)."""
+    image: str = ""
+    """The image its sandbox runs (empty: it runs inside the daemon)."""
 
 
 @dataclass(slots=True)
@@ -68,7 +75,8 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
     from adapters.reference_harness.image import register_image
     from adapters.scripted import ScriptedAgent
     from adapters.synthetic import SyntheticBenchmark
-    from sclated.runs._sandboxed import sandboxed_factory
+    from sclated import __version__
+    from sclated.runs._sandboxed import SANDBOX_CAPABILITIES, sandboxed_factory
 
     register_image()
     reg = Registry()
@@ -82,6 +90,10 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
             sandboxed=True,
             factory=sandboxed_factory(ReferenceHarness, DECLARATION.options, services),
             memory_systems=DECLARATION.memory_systems,
+            version=DECLARATION.version,
+            wire_apis=tuple(sorted(DECLARATION.wire_apis)),
+            capabilities=tuple(sorted(c.value for c in DECLARATION.capabilities | SANDBOX_CAPABILITIES)),
+            image=DECLARATION.image,
         )
     )
     reg.add_agent(
@@ -91,6 +103,8 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
             sandboxed=False,
             factory=ScriptedAgent,
             memory_systems=("none",),
+            version=__version__,
+            capabilities=tuple(sorted(c.value for c in ScriptedAgent.CAPABILITIES)),
         )
     )
     return reg

@@ -241,7 +241,14 @@ async def test_benchmarks_and_agents(api: Api) -> None:
     assert "synthetic" in [x.name for x in b.benchmarks]
     a = await api.stub.ListAgents(pb.ListAgentsRequest())
     scripted = next(x for x in a.agents if x.name == "scripted")
-    assert not scripted.sandboxed
+    assert not scripted.sandboxed and not scripted.image and list(scripted.capabilities) == ["session_state"]
+    reference = next(x for x in a.agents if x.name == "reference")
+    assert reference.sandboxed and reference.image == "sclate-reference-agent"
+    assert reference.version and list(reference.wire_apis) == ["openai_chat"]
+    # Its own (consolidate, session state, wait) and what every sandbox gives.
+    assert set(reference.capabilities) == {
+        "consolidate", "file_snapshots", "jobs", "session_state", "wait", "workspace"
+    }
 
 
 async def test_tenants_are_isolated_on_every_method(

@@ -106,6 +106,14 @@ async def test_runs_get_json_has_every_field_with_numbers_as_numbers(tmp_path: P
         # The table shows the checked deliveries and where the wall time went.
         ok_table = (await asyncio.to_thread(sclate, "runs", "get", "ok")).stdout
         assert "out of order" in ok_table and "overhead" in ok_table, ok_table
+
+        # Each harness with its version, the APIs it speaks and its capabilities.
+        agents = json.loads((await asyncio.to_thread(sclate, "agents", "list", "-o", "json")).stdout)["agents"]
+        reference = next(a for a in agents if a["name"] == "reference")
+        assert reference["wire_apis"] == ["openai_chat"] and "workspace" in reference["capabilities"]
+        assert reference["version"] and reference["image"] == "sclate-reference-agent"
+        listing = (await asyncio.to_thread(sclate, "agents", "list")).stdout
+        assert "speaks: openai_chat" in listing and "capabilities: consolidate, file_snapshots" in listing, listing
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0

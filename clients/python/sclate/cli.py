@@ -526,8 +526,10 @@ def cmd_agents_list(args: argparse.Namespace, client: Client) -> int:
         _print_json(_to_dict(resp))
         return 0
     for a in resp.agents:
-        where = "sandboxed" if a.sandboxed else "in-daemon"
-        print(f"{a.name:<14} {a.description}  [{where}; memory: {', '.join(a.memory_systems)}]")
+        where = f"sandbox {a.image}" if a.sandboxed else "in-daemon"
+        print(f"{a.name} {a.version}: {a.description}")
+        print(f"    {where}; speaks: {', '.join(a.wire_apis) or '-'}; memory: {', '.join(a.memory_systems)}")
+        print(f"    capabilities: {', '.join(a.capabilities) or '-'}")
     return 0
 
 

@@ -487,16 +487,24 @@ class ListBenchmarksResponse(_message.Message):
     def __init__(self, benchmarks: _Optional[_Iterable[_Union[Benchmark, _Mapping]]] = ...) -> None: ...
 
 class Agent(_message.Message):
-    __slots__ = ("name", "description", "sandboxed", "memory_systems")
+    __slots__ = ("name", "description", "sandboxed", "memory_systems", "version", "wire_apis", "capabilities", "image")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SANDBOXED_FIELD_NUMBER: _ClassVar[int]
     MEMORY_SYSTEMS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    WIRE_APIS_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     sandboxed: bool
     memory_systems: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., sandboxed: _Optional[bool] = ..., memory_systems: _Optional[_Iterable[str]] = ...) -> None: ...
+    version: str
+    wire_apis: _containers.RepeatedScalarFieldContainer[str]
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    image: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., sandboxed: _Optional[bool] = ..., memory_systems: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., wire_apis: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., image: _Optional[str] = ...) -> None: ...
 
 class ListAgentsRequest(_message.Message):
     __slots__ = ()
