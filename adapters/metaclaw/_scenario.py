@@ -26,6 +26,7 @@ import datetime as dt
 import re
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -492,7 +493,12 @@ class MetaClawScenario:
         """
         if self._materialized is not None:
             return self._materialized
-        root = self._seed_dir or Path(tempfile.mkdtemp(prefix="sclate-metaclaw-"))
+        root = self._seed_dir
+        if root is None:
+            root = Path(tempfile.mkdtemp(prefix="sclate-metaclaw-"))
+            # Ours alone: removed with the scenario (the run is over) or at exit,
+            # as tempfile.TemporaryDirectory does.
+            self._cleanup = weakref.finalize(self, shutil.rmtree, root, ignore_errors=True)
         common = root / "common"
         common.mkdir(parents=True, exist_ok=True)
         src = self.data.workspace_src

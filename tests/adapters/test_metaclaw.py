@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import re
 import shutil
@@ -369,3 +370,20 @@ async def test_tiny_scenario_scores_a_harness_that_writes_files(tmp_path: Path) 
     assert [Path(f.data["workspace_seed"]).name for f in starts] == ["day01", "day02", "day03"]
     assert all(f.data["workspace_dest"] == "/workspace" for f in starts)
     assert isinstance(starts[0].effects[0], AgentControl)
+
+
+def test_seeds_laid_out_in_a_temporary_directory_go_with_the_scenario(tmp_path: Path) -> None:
+    sc = MetaClawBenchmark().load(ScenarioConfig(scenario="tiny"))
+    seed = sc.workspace_seed()
+    assert seed is not None and (seed / "AGENTS.md").is_file()
+    root = seed.parent
+    del sc, seed
+    gc.collect()
+    assert not root.exists()
+    # A seed_dir the caller gave is the caller's: kept.
+    given = tmp_path / "seed"
+    kept = MetaClawBenchmark().load(ScenarioConfig(scenario="tiny", options={"seed_dir": str(given)}))
+    assert kept.workspace_seed() is not None
+    del kept
+    gc.collect()
+    assert (given / "common" / "AGENTS.md").is_file()
