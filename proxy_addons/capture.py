@@ -183,6 +183,12 @@ class SclateCapture:
             headers[key_header] = f"Bearer {real}" if key_header == "authorization" else real
         else:
             del headers[key_header]
+        if flow.request.method != "POST":
+            # Not a model call: a harness looking the server over (GET /v1/models,
+            # Hermes's probes of /api/tags, /v1/props, ...). It goes through, with
+            # the real key, but takes no clock lease and leaves no call record:
+            # a 404 to a probe is not a failed model call.
+            return
         call = Call(
             call_id=str(uuid.uuid4()),
             run=run,

@@ -311,3 +311,21 @@ async def test_a_record_the_daemon_refuses_moves_to_rejected(harness: Harness, d
     assert await harness.addon.redeliver() == 0
     assert (harness.spool / "rejected" / "c-other.json").exists()
     assert len(daemon.of_type("record")) == 2 and len(await daemon.records()) == 1
+
+
+@pytest.mark.parametrize("path", ["/api/tags", "/v1/models", "/v1/props"])
+async def test_a_get_is_passed_through_without_a_lease_or_a_record(
+    harness: Harness, daemon: FakeDaemon, path: str
+) -> None:
+    f = harness.flow(path=path)
+    f.request.method = "GET"
+    await harness.send(f)
+    assert f.response is None  # forwarded, not answered here
+    assert f.request.headers["authorization"] == f"Bearer {REAL}"
+    await harness.reply_json(f, {"error": "not found"}, status=404)
+    # A model call after it is recorded: the GET left nothing behind.
+    g = harness.flow()
+    await harness.send(g)
+    await harness.reply_json(g, VLLM_CHAT_RESPONSE)
+    (rec,) = await daemon.records()
+    assert rec.path == "/v1/chat/completions"
