@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sclated.scheduler import DeliverPrompt, EventSource, Grade
+from sclated.scheduler import DeliverPrompt, EventSource, EventSpec, Grade
 
 __all__ = [
     "AgentAdapter",
@@ -253,6 +253,11 @@ class AgentEnvironment:
     """End the run FAILED with this reason (the substrate broke under the agent)."""
     restore_from: Path | None = None
     """A snapshot directory the agent starts from (its ``sandbox/`` part)."""
+    schedule: Callable[[Sequence[EventSpec]], None] | None = None
+    """Put work the agent scheduled itself (a harness's cron job, read from its own
+    state) on the run's scheduler. Journaled like any input, so a replay after a
+    crash and a branch see the same events; an id already known is skipped, and a
+    time already past is moved to now. None outside a run."""
 
 
 # -- the facets an agent may declare ----------------------------------------------------
@@ -459,6 +464,10 @@ class SandboxAccess(Protocol):
         """Start a long-lived process (the harness itself) with its stdin/stdout attached."""
         ...
 
+    def schedule(self, specs: Sequence[EventSpec]) -> None:
+        """Put the harness's own due work on the run's scheduler (see ``AgentEnvironment.schedule``)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class HarnessDeclaration:
@@ -522,4 +531,9 @@ class SandboxHarness(Protocol):
 
     def consolidate_command(self) -> str | None:
         """A command that consolidates memory now; None when its crons already do it."""
+        ...
+
+    async def job_ended(self, command: str, result: ExecOutput) -> None:
+        """One of its jobs ran (a cron tick it scheduled): a harness that keeps its own
+        schedule reads it again here and schedules what comes due next."""
         ...

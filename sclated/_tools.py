@@ -26,10 +26,10 @@ def _bench(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _images(args: argparse.Namespace, rest: list[str]) -> int:
-    from adapters.reference_harness.image import register_image
+    from adapters.harnesses import register_harness_images
     from sclated.runtime import build_images_cli
 
-    register_image()
+    register_harness_images()
     return build_images_cli(rest)
 
 

@@ -236,9 +236,9 @@ def run_doctor_cli(argv: list[str]) -> int:
     p.add_argument("--model-url", help="check this endpoint instead of starting the embedded model")
     p.add_argument("--skip-runtime", action="store_true", help="only the model and proxy checks")
     args = p.parse_args(argv)
-    from adapters.reference_harness.image import register_image
+    from adapters.harnesses import register_harness_images
 
-    register_image()
+    register_harness_images()
     checks = asyncio.run(_all(args.model_url, args.skip_runtime))
     failed = [c for c in checks if not c.ok]
     if args.json:

@@ -197,8 +197,10 @@ class RunLoop:
         self._after_input(rec)
         return rec
 
-    def register(self, specs: list[EventSpec]) -> InputRecord:
-        return self._register_at(self.clock.now(), specs)
+    def register(self, specs: list[EventSpec], *, now_ns: int | None = None) -> InputRecord:
+        """Register events (journaled); ``now_ns``: the time their triggers were checked
+        against (read once by the caller; the flowing clock would be later)."""
+        return self._register_at(self.clock.now() if now_ns is None else now_ns, specs)
 
     def _register_at(self, now: int, specs: list[EventSpec]) -> InputRecord:
         self.scheduler.advance(now)

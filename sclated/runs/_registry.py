@@ -69,33 +69,34 @@ class Registry:
 
 def default_registry(services: SandboxServices | None = None) -> Registry:
     """The built-in benchmarks and agents. Sandboxed agents need ``services`` (a daemon)."""
+    from adapters.harnesses import HARNESSES, register_harness_images
     from adapters.longmemeval import LongMemEvalBenchmark
     from adapters.metaclaw import MetaClawBenchmark
-    from adapters.reference_harness import DECLARATION, ReferenceHarness
-    from adapters.reference_harness.image import register_image
     from adapters.scripted import ScriptedAgent
     from adapters.synthetic import SyntheticBenchmark
     from sclated import __version__
     from sclated.runs._sandboxed import SANDBOX_CAPABILITIES, sandboxed_factory
 
-    register_image()
+    register_harness_images()
     reg = Registry()
     reg.add_benchmark(SyntheticBenchmark())
     reg.add_benchmark(MetaClawBenchmark())
     reg.add_benchmark(LongMemEvalBenchmark())
-    reg.add_agent(
-        AgentEntry(
-            name=DECLARATION.name,
-            description=DECLARATION.description,
-            sandboxed=True,
-            factory=sandboxed_factory(ReferenceHarness, DECLARATION.options, services),
-            memory_systems=DECLARATION.memory_systems,
-            version=DECLARATION.version,
-            wire_apis=tuple(sorted(DECLARATION.wire_apis)),
-            capabilities=tuple(sorted(c.value for c in DECLARATION.capabilities | SANDBOX_CAPABILITIES)),
-            image=DECLARATION.image,
+    for harness in HARNESSES:
+        d = harness.declaration
+        reg.add_agent(
+            AgentEntry(
+                name=d.name,
+                description=d.description,
+                sandboxed=True,
+                factory=sandboxed_factory(harness.make, d.options, services),
+                memory_systems=d.memory_systems,
+                version=d.version,
+                wire_apis=tuple(sorted(d.wire_apis)),
+                capabilities=tuple(sorted(c.value for c in d.capabilities | SANDBOX_CAPABILITIES)),
+                image=d.image,
+            )
         )
-    )
     reg.add_agent(
         AgentEntry(
             name="scripted",

@@ -19,7 +19,10 @@ from adapters import (
     AgentEnvironment,
     AgentFiles,
     Capability,
+    ExecOutput,
     Jobs,
+    LineChannel,
+    ProxyEndpoints,
     SandboxHarness,
     TurnResult,
     Workspace,
@@ -27,7 +30,7 @@ from adapters import (
 from sclated.errors import FailedPrecondition, InvalidArgument, RuntimeUnavailable
 from sclated.runtime import Limits
 from sclated.sandbox import SandboxOptions, SandboxServices, SandboxSession, SessionConfig, SessionStart
-from sclated.scheduler import DeliverPrompt, EventSource
+from sclated.scheduler import DeliverPrompt, EventSource, EventSpec
 
 __all__ = ["SANDBOX_CAPABILITIES", "SandboxedAgent", "sandboxed_factory"]
 
@@ -52,6 +55,33 @@ def sandboxed_factory(
         return SandboxedAgent(make(own), SandboxOptions.parse(options), services)
 
     return factory
+
+
+class _HarnessAccess:
+    """What a harness is given (adapters.SandboxAccess): its sandbox session, and
+    the run's scheduler for the work it schedules itself. The sandbox room knows
+    nothing of schedulers; this joins the two."""
+
+    def __init__(self, session: SandboxSession, schedule: Callable[[Sequence[EventSpec]], None] | None) -> None:
+        self._session = session
+        self._schedule = schedule
+
+    @property
+    def endpoints(self) -> ProxyEndpoints:
+        return self._session.endpoints
+
+    async def exec(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout_s: float = 120.0
+    ) -> ExecOutput:
+        return await self._session.exec(argv, env=env, timeout_s=timeout_s)
+
+    async def open_channel(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LineChannel:
+        return await self._session.open_channel(argv, env=env)
+
+    def schedule(self, specs: Sequence[EventSpec]) -> None:
+        if self._schedule is None:
+            raise FailedPrecondition("this agent runs outside a run: nothing can be scheduled", reason="NO_RUN")
+        self._schedule(specs)
 
 
 class SandboxedAgent:
@@ -119,7 +149,7 @@ class SandboxedAgent:
         try:
             if start is SessionStart.FRESH and env.workspace_seed is not None:
                 await session.put_dir(env.workspace_seed, "/workspace")
-            await self.harness.start(session)
+            await self.harness.start(_HarnessAccess(session, env.schedule))
         except BaseException:
             self._session = None
             await session.close()
@@ -179,6 +209,7 @@ class SandboxedAgent:
         session = self._live()
         env = self.harness.environment(session.endpoints.as_role("memory"))
         out = await session.exec(["sh", "-c", command], env=env, workdir="/workspace", timeout_s=timeout_s)
+        await self.harness.job_ended(command, out)
         return out.exit_code, out.output
 
     async def consolidate(self) -> None:

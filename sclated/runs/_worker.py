@@ -16,7 +16,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,8 +41,10 @@ from sclated.runs._registry import Registry
 from sclated.runs._spec import RunSpec
 from sclated.scheduler import (
     AgentControl,
+    At,
     DeliverPrompt,
     Effect,
+    EventSpec,
     ExecInSandbox,
     FireRecord,
     Grade,
@@ -459,6 +461,26 @@ class RunWorker:
             raise FailedPrecondition(f"agent {self.agent.name!r} has no workspace", reason="NO_WORKSPACE")
         return workspace
 
+    def schedule_own(self, specs: Sequence[EventSpec]) -> None:
+        """Events the agent scheduled itself (its harness's cron jobs), journaled.
+
+        A harness reads its own schedule again after every turn and job, so it
+        reports the same job many times: an id the scheduler knows is skipped. A
+        due time already past (the job came due during a turn) becomes now, the
+        way a late cron job runs at once."""
+        assert self.loop is not None
+        sched, now = self.loop.scheduler, self.loop.clock.now()
+        fresh: list[EventSpec] = []
+        for spec in specs:
+            if sched.knows(spec.id) or any(s.id == spec.id for s in fresh):
+                continue
+            trigger = spec.trigger
+            if isinstance(trigger, At) and trigger.time_ns < now:
+                spec = dataclasses.replace(spec, trigger=At(now))
+            fresh.append(spec)
+        if fresh:
+            self.loop.register(fresh, now_ns=now)
+
     async def wait(self, until_ns: int) -> int:
         """Wait in simulated time (``sclate-wait``): the current turn, if any, is suspended."""
         assert self.loop is not None
@@ -487,6 +509,7 @@ class RunWorker:
             resume=bool(self._journal_in),
             fail_run=self.fail,
             restore_from=self.restore_from,
+            schedule=self.schedule_own,
         )
 
     async def run(self) -> RunOutcome:

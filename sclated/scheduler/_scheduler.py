@@ -120,6 +120,10 @@ class Scheduler:
         """Events registered but not fired, in no particular order."""
         return list(self._events.values())
 
+    def knows(self, event_id: str) -> bool:
+        """True when ``event_id`` is scheduled or has fired (registering it again is an error)."""
+        return event_id in self._events or event_id in self._fired
+
     def is_fired(self, event_id: str) -> bool:
         return event_id in self._fired
 

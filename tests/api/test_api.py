@@ -249,6 +249,10 @@ async def test_benchmarks_and_agents(api: Api) -> None:
     assert set(reference.capabilities) == {
         "consolidate", "file_snapshots", "jobs", "session_state", "wait", "workspace"
     }
+    hermes = next(x for x in a.agents if x.name == "hermes")
+    assert hermes.sandboxed and hermes.image == "sclate-hermes" and hermes.version == "0.19.0"
+    # No in-process state (everything is in HERMES_HOME) and no sclate-wait.
+    assert set(hermes.capabilities) == {"consolidate", "file_snapshots", "jobs", "workspace"}
 
 
 async def test_tenants_are_isolated_on_every_method(

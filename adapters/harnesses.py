@@ -1,0 +1,43 @@
+"""Every sandboxed harness the project ships, declared once.
+
+The daemon's registry, ``sclated images build`` and ``sclated doctor`` read
+this table: a harness added here is offered by ``sclate agents list``, its
+image is built with the others and checked by the doctor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from adapters._base import HarnessDeclaration, SandboxHarness
+
+__all__ = ["HARNESSES", "HarnessEntry", "register_harness_images"]
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessEntry:
+    declaration: HarnessDeclaration
+    make: Callable[[Mapping[str, Any]], SandboxHarness]
+
+
+def _entries() -> tuple[HarnessEntry, ...]:
+    from adapters.hermes import DECLARATION as HERMES
+    from adapters.hermes import HermesHarness
+    from adapters.reference_harness import DECLARATION as REFERENCE
+    from adapters.reference_harness import ReferenceHarness
+
+    return (HarnessEntry(REFERENCE, ReferenceHarness), HarnessEntry(HERMES, HermesHarness))
+
+
+HARNESSES: tuple[HarnessEntry, ...] = _entries()
+
+
+def register_harness_images() -> None:
+    """Make the image builder know every harness's image (importing a harness registers it)."""
+    from adapters.hermes.image import register_image as hermes_image
+    from adapters.reference_harness.image import register_image as reference_image
+
+    reference_image()
+    hermes_image()

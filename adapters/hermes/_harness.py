@@ -1,0 +1,316 @@
+"""Hermes Agent (PyPI ``hermes-agent``), unmodified, on the harness contract.
+
+Inside its sandbox (image ``sclate-hermes``) ``bridge.py serve`` runs one
+``hermes chat -q MSG -Q [--resume ID]`` per message and says when the turn
+ended (the process exited). Everything Hermes keeps lives in ``HERMES_HOME``
+(``/memory/hermes``): its config, sessions (``state.db``), ``MEMORY.md`` and
+``USER.md``, skills and cron jobs, so snapshots and branches keep them.
+
+Sessions: with ``session_scope="scenario"`` (the default) each of the run's
+sessions (a MetaClaw day, a LongMemEval haystack session) is its own Hermes
+session, continued with ``--resume`` while it lasts; ``session_scope="run"``
+keeps one Hermes conversation across the whole run, as a personal assistant's
+chat would.
+
+Cron jobs: Hermes's own (made by its ``cronjob`` tool, or given as the
+``cron_jobs`` option and created with ``hermes cron create``) are read from its
+``cron/jobs.json`` after every turn and every tick, and each job's
+``next_run_at`` becomes an event on the run's scheduler: the clock lands on
+it, and ``hermes cron tick`` runs the due jobs under the sandbox's simulated
+clock, as a job of the harness (its calls go to the memory listener). Hermes's
+own timers never wait in real time: no Hermes gateway runs.
+
+Differences from a person running Hermes: the model endpoint is the capture
+proxy; its update check, lazy installs, tirith download, model catalog,
+environment probe, background memory and skill reviews and command approvals
+are off (each would reach the network, ask on stdin, or add model calls that
+no user asked for); the toolsets default to ``memory`` only, so its first
+prompt (~2,300 tokens) fits a small embedded model's context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from adapters import (
+    Capability,
+    ExecOutput,
+    HarnessDeclaration,
+    LineChannel,
+    ProxyEndpoints,
+    SandboxAccess,
+    TurnResult,
+)
+from adapters.hermes.image import HERMES_VERSION, IMAGE_NAME, register_image
+from sclated.errors import FailedPrecondition, InvalidArgument, Unavailable
+from sclated.scheduler import At, DeliverPrompt, EventSource, EventSpec, ExecInSandbox, Priority
+
+__all__ = ["BRIDGE", "DECLARATION", "HOME", "HermesHarness", "cron_events"]
+
+register_image()
+
+HOME = "/memory/hermes"
+BRIDGE = "/opt/sclate-hermes/bridge.py"
+TICK_COMMAND = f"python3 {BRIDGE} tick"
+
+DECLARATION = HarnessDeclaration(
+    name="hermes",
+    description="Hermes Agent (Nous Research), unmodified: one `hermes chat` per message resuming its "
+    "session, HERMES_HOME in the memory volume, its cron jobs ticked on simulated time",
+    image=IMAGE_NAME,
+    wire_apis=frozenset({"openai_chat"}),
+    capabilities=frozenset({Capability.CONSOLIDATE}),
+    state_dirs=("/workspace", "/memory"),
+    options=frozenset(
+        {"turn_timeout_s", "max_tokens", "max_turns", "toolsets", "cron_toolsets", "cron_jobs", "session_scope"}
+    ),
+    version=HERMES_VERSION,
+)
+
+_SCOPES = ("scenario", "run")
+
+
+def _number(options: Mapping[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    value = options.get(key, default)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not lo <= value <= hi:
+        raise InvalidArgument(f"{key} must be a number in [{lo:g}, {hi:g}]", field=f"run.agent.options.{key}")
+    return float(value)
+
+
+def _names(options: Mapping[str, Any], key: str, default: list[str]) -> list[str]:
+    value = options.get(key, default)
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.isidentifier() for v in value):
+        raise InvalidArgument(
+            f"{key} must be a non-empty list of Hermes toolset names (like [\"memory\", \"todo\"])",
+            field=f"run.agent.options.{key}",
+        )
+    return list(value)
+
+
+def _cron_jobs(options: Mapping[str, Any]) -> list[dict[str, str]]:
+    raw = options.get("cron_jobs", [])
+    field = "run.agent.options.cron_jobs"
+    if not isinstance(raw, list):
+        raise InvalidArgument("cron_jobs must be a list of {schedule, prompt, name}", field=field)
+    jobs: list[dict[str, str]] = []
+    for i, job in enumerate(raw):
+        if not isinstance(job, Mapping):
+            raise InvalidArgument(f"cron_jobs[{i}] must be an object with schedule and prompt", field=field)
+        unknown = set(job) - {"schedule", "prompt", "name"}
+        if unknown:
+            raise InvalidArgument(f"cron_jobs[{i}] has unknown key(s) {', '.join(sorted(unknown))}", field=field)
+        schedule, prompt = job.get("schedule"), job.get("prompt")
+        if not isinstance(schedule, str) or not schedule.strip():
+            raise InvalidArgument(
+                f"cron_jobs[{i}].schedule must be Hermes's schedule text ('every 1h', '0 9 * * *')", field=field
+            )
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InvalidArgument(f"cron_jobs[{i}].prompt must be a non-empty text", field=field)
+        name = job.get("name", f"sclate-job-{i + 1}")
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidArgument(f"cron_jobs[{i}].name must be a non-empty text", field=field)
+        jobs.append({"schedule": schedule.strip(), "prompt": prompt, "name": name.strip()})
+    names = [j["name"] for j in jobs]
+    if len(set(names)) != len(names):
+        raise InvalidArgument("cron_jobs names must differ", field=field)
+    return jobs
+
+
+def cron_events(schedule: Mapping[str, Any]) -> list[EventSpec]:
+    """Hermes's schedule (job id -> next due ns) as tick events, one per due time.
+
+    Several jobs due at the same time share one tick (it runs every due job).
+    The id names the due time, so the same report read again is the same event.
+    """
+    due_times = sorted({int(t) for t in schedule.values() if isinstance(t, int) and not isinstance(t, bool)})
+    jobs_at = {t: sorted(str(j) for j, d in schedule.items() if d == t) for t in due_times}
+    return [
+        EventSpec(
+            f"hermes:cron:{t}",
+            At(t),
+            (ExecInSandbox(TICK_COMMAND, holder="cron", timeout_s=1800.0),),
+            priority=Priority.LOW,
+            data={"cron": "hermes", "jobs": jobs_at[t]},
+        )
+        for t in due_times
+    ]
+
+
+def _last_json(output: str) -> dict[str, Any] | None:
+    for line in reversed(output.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+class HermesHarness:
+    """Drives ``bridge.py serve`` (see bridge.py for its JSON-lines protocol)."""
+
+    declaration = DECLARATION
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self._turn_timeout_s = _number(options, "turn_timeout_s", 1800, 1, 86_400)
+        scope = options.get("session_scope", "scenario")
+        if scope not in _SCOPES:
+            raise InvalidArgument(
+                f"session_scope must be one of {', '.join(_SCOPES)}", field="run.agent.options.session_scope"
+            )
+        self._scope = str(scope)
+        self._settings = {
+            "max_tokens": int(_number(options, "max_tokens", 256, 1, 32_768)),
+            "max_turns": int(_number(options, "max_turns", 8, 1, 90)),
+            "turn_timeout_s": self._turn_timeout_s,
+            "toolsets": _names(options, "toolsets", ["memory"]),
+            "cron_toolsets": _names(options, "cron_toolsets", ["todo"]),
+            "cron_jobs": _cron_jobs(options),
+            "context_length": 65536,
+            "api_max_retries": 1,
+        }
+        self._sandbox: SandboxAccess | None = None
+        self._channel: LineChannel | None = None
+        self._lock = asyncio.Lock()
+        self._session = "default"
+
+    # -- environment and lifetime ----------------------------------------------------------
+    def environment(self, endpoints: ProxyEndpoints) -> Mapping[str, str]:
+        prefix = endpoints.openai_prefix
+        return {
+            "HERMES_HOME": HOME,
+            "SCLATE_AGENT_BASE_URL": endpoints.agent + prefix,
+            "SCLATE_AUX_BASE_URL": endpoints.aux + prefix,
+            "SCLATE_MEMORY_BASE_URL": endpoints.memory + prefix,
+            "SCLATE_API_KEY": endpoints.api_key,
+            "SCLATE_MODEL": endpoints.model,
+            "SCLATE_HERMES_SETTINGS": json.dumps(self._settings, sort_keys=True),
+        }
+
+    async def start(self, sandbox: SandboxAccess) -> None:
+        self._sandbox = sandbox
+        out = await sandbox.exec(["python3", BRIDGE, "setup"], timeout_s=600)
+        report = _last_json(out.output)
+        if out.exit_code != 0 or report is None or report.get("errors"):
+            why = "; ".join(report.get("errors", [])) if report else out.output[-800:]
+            raise FailedPrecondition(f"Hermes setup in the sandbox failed: {why}", reason="HARNESS_SETUP")
+        self._schedule(report.get("schedule"))
+        self._channel = await sandbox.open_channel(["python3", BRIDGE, "serve"])
+
+    async def stop(self) -> None:
+        channel, self._channel, self._sandbox = self._channel, None, None
+        if channel is not None:
+            await channel.close()
+
+    def _live(self) -> LineChannel:
+        if self._channel is None:
+            raise FailedPrecondition("the Hermes harness is not started", reason="NOT_STARTED")
+        return self._channel
+
+    def _schedule(self, schedule: object) -> None:
+        if self._sandbox is not None and isinstance(schedule, dict) and schedule:
+            self._sandbox.schedule(cron_events(schedule))
+
+    # -- the protocol -----------------------------------------------------------------------
+    async def _read_until(self, want: str, received: dict[str, Any] | None = None) -> dict[str, Any]:
+        channel = self._live()
+        while True:
+            line = await channel.readline()
+            if not line:
+                raise Unavailable(f"the Hermes bridge closed its output while sclate waited for {want!r}")
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # not the protocol (a stray print): skipped
+            if not isinstance(event, dict):
+                continue
+            kind = event.get("type")
+            if kind == want:
+                return event
+            if kind == "error":
+                raise FailedPrecondition(f"the Hermes bridge refused a request: {event.get('error')}")
+            if kind == "received" and received is not None and not received:
+                received.update(event)
+
+    async def _request(self, req: Mapping[str, Any], want: str, timeout_s: float) -> dict[str, Any]:
+        async with self._lock:
+            await self._live().send(json.dumps(req))
+            return await asyncio.wait_for(self._read_until(want), timeout_s)
+
+    async def start_session(self, session: str) -> None:
+        self._session = session
+        await self._request({"type": "start_session", "session": session}, "session_started", 60)
+
+    async def stop_session(self) -> None:
+        if self._channel is not None:
+            await self._request({"type": "stop_session"}, "session_stopped", 60)
+
+    def _session_for(self, prompt: DeliverPrompt) -> str:
+        if self._scope == "run":
+            return "run"
+        return prompt.session or self._session
+
+    async def deliver(self, prompt: DeliverPrompt) -> TurnResult:
+        session = self._session_for(prompt)
+        req = {"type": "message", "text": prompt.text, "session": session, "round_id": prompt.round_id}
+        received: dict[str, Any] = {}
+        async with self._lock:
+            started = time.time_ns()
+            await self._live().send(json.dumps(req))
+            # Hermes's own retries and tool loop are bounded inside the bridge; this
+            # is the last guard against a hung process.
+            end = await asyncio.wait_for(self._read_until("turn_end", received), self._turn_timeout_s + 60)
+        ended = time.time_ns()
+        self._schedule(end.get("schedule"))
+        details: dict[str, Any] = {
+            "exit_code": end.get("exit_code"),
+            "hermes_session": end.get("hermes_session", ""),
+            "resumed": bool(end.get("resumed")),
+        }
+        if end.get("error"):
+            # A failed turn is Hermes's business (a weak model, a refused call): the run goes on.
+            details["error"] = end["error"]
+        wall, mono, seq = received.get("wall_ns"), received.get("mono_ns"), received.get("seq")
+        return TurnResult(
+            reply=str(end.get("reply") or ""),
+            started_ns=started,
+            ended_ns=ended,
+            received_wall_ns=mono if isinstance(mono, int) else 0,
+            details=details,
+            received_sim_ns=wall if isinstance(wall, int) else None,
+            received_seq=seq if isinstance(seq, int) else None,
+        )
+
+    # -- state -------------------------------------------------------------------------------
+    async def save_state(self, dest: Path) -> None:
+        return None  # everything Hermes keeps is in HERMES_HOME (the memory volume)
+
+    async def restore_state(self, src: Path) -> None:
+        return None
+
+    def routines(self) -> Sequence[EventSource]:
+        # Its cron jobs are not a fixed table: they are read from its state and
+        # scheduled as they come due (see _schedule).
+        return ()
+
+    def consolidate_command(self) -> str | None:
+        # Hermes writes MEMORY.md and USER.md with its memory tool during turns;
+        # it has no separate consolidation step to run.
+        return None
+
+    async def job_ended(self, command: str, result: ExecOutput) -> None:
+        if command != TICK_COMMAND:
+            return
+        report = _last_json(result.output)
+        if report is not None:
+            self._schedule(report.get("schedule"))
