@@ -16,7 +16,7 @@ __all__ = ["EPILOG", "TOOLS", "run_tool"]
 
 TOOLS = ("doctor", "images", "model", "bench", "demo")
 EPILOG = "Local tools: sclated doctor | images build | model serve | bench NAME | demo (each takes --help)."
-BENCHES = ("scheduler", "daemon", "sandbox", "proxy", "model", "e2e")
+BENCHES = ("scheduler", "daemon", "sandbox", "proxy", "model", "e2e", "harness")
 
 
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:

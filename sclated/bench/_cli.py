@@ -115,6 +115,12 @@ def _e2e(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_e2e(args)
 
 
+def _harness(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._harness import bench_harness
+
+    return bench_harness(args)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
@@ -122,6 +128,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "proxy": _proxy,
     "model": _model,
     "e2e": _e2e,
+    "harness": _harness,
 }
 
 
@@ -138,8 +145,12 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     p.add_argument(
         "--turn-ms", type=int, default=1000, help="daemon: the scripted agent's busy time per turn (a fast model call)"
     )
-    p.add_argument("--data-dir", type=Path, default=None, help="e2e: upstream MetaClaw data (default: built-in tiny)")
-    p.add_argument("--max-tokens", type=int, default=96, help="e2e: the harness's max_tokens per model call")
+    p.add_argument(
+        "--data-dir", type=Path, default=None, help="e2e, harness: upstream MetaClaw data (default: built-in tiny)"
+    )
+    p.add_argument("--max-tokens", type=int, default=96, help="e2e, harness: the harness's max_tokens per model call")
+    p.add_argument("--harness", default="hermes", help="harness: which harness (see `sclate agents list`)")
+    p.add_argument("--subset", action="append", help="harness: keep this MetaClaw day (repeatable; default all)")
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
     if bench is None:

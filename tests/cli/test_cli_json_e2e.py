@@ -112,6 +112,8 @@ async def test_runs_get_json_has_every_field_with_numbers_as_numbers(tmp_path: P
         reference = next(a for a in agents if a["name"] == "reference")
         assert reference["wire_apis"] == ["openai_chat"] and "workspace" in reference["capabilities"]
         assert reference["version"] and reference["image"] == "sclate-reference-agent"
+        hermes = next(a for a in agents if a["name"] == "hermes")
+        assert hermes["version"] == "0.19.0" and hermes["image"] == "sclate-hermes" and "jobs" in hermes["capabilities"]
         listing = (await asyncio.to_thread(sclate, "agents", "list")).stdout
         assert "speaks: openai_chat" in listing and "capabilities: consolidate, file_snapshots" in listing, listing
     finally:

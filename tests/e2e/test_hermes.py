@@ -19,7 +19,8 @@ from sclated.store import Store
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
 FAST: dict[str, Any] = {"max_tokens": 24, "max_turns": 2}
-HOURLY = {"schedule": "every 6h", "prompt": "Say the word tick.", "name": "six-hourly"}
+# Daily at 13:00 UTC: it comes due between the two days, while nothing else is busy.
+DAILY = {"schedule": "0 13 * * *", "prompt": "Say the word tick.", "name": "daily-tick"}
 
 
 def _user_texts(record: dict[str, Any]) -> list[str]:
@@ -50,7 +51,7 @@ async def test_metaclaw_tiny_with_hermes(tmp_path: Path) -> None:
                 benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=["day01", "day02"]),
                 agent=pb.AgentSpec(harness="hermes"),
             )
-            run.agent.options.update({**FAST, "session_scope": "run", "cron_jobs": [HOURLY]})
+            run.agent.options.update({**FAST, "session_scope": "run", "cron_jobs": [DAILY]})
             created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="hermes-mc"))
             events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name))]
             final = await stub.GetRun(pb.GetRunRequest(name=created.name))
@@ -64,9 +65,11 @@ async def test_metaclaw_tiny_with_hermes(tmp_path: Path) -> None:
             assert cap.calls_lost == 0 and cap.calls_unleased == 0 and cap.drain == "ok", cap
             fires = [e.fire for e in events if e.WhichOneof("kind") == "fire"]
             ticks = [f for f in fires if f.event_id.startswith("hermes:cron:")]
-            # Hermes's own job came due on simulated time (every 6 h over two days).
-            assert len(ticks) >= 2, [f.event_id for f in fires]
-        calls = await _calls(state, "hermes-mc")
+            # Hermes's own job came due on simulated time: 13:00 on day 1 (day 2 ends before its 13:00).
+            assert len(ticks) == 1, [f.event_id for f in fires]
+            (tick,) = ticks
+            assert tick.due_time.ToDatetime().hour == 13 and tick.due_time.ToDatetime().minute == 0
+        calls = await _calls(state, "local/hermes-mc")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
@@ -82,3 +85,60 @@ async def test_metaclaw_tiny_with_hermes(tmp_path: Path) -> None:
     first_user = _user_texts(agent[0])[-1]
     last = max(agent, key=lambda c: c["timings"]["start_ns"])
     assert first_user in _user_texts(last)[:-1]
+
+
+async def _first_turn_ended(stub: pb_grpc.SclateStub, name: str) -> str:
+    async for ev in stub.WatchRun(pb.WatchRunRequest(name=name)):
+        if ev.WhichOneof("kind") == "turn" and ev.turn.phase == "ended":
+            return str(ev.turn.session)
+        if ev.WhichOneof("kind") == "state":
+            assert ev.state.state in (pb.PENDING, pb.RUNNING), ev.state.reason
+    raise AssertionError("the run ended before its first turn did")
+
+
+async def _final(stub: pb_grpc.SclateStub, name: str) -> pb.Run:
+    async for _ in stub.WatchRun(pb.WatchRunRequest(name=name)):
+        pass
+    run: pb.Run = await stub.GetRun(pb.GetRunRequest(name=name))
+    return run
+
+
+async def test_longmemeval_tiny_with_hermes_snapshot_and_branch(tmp_path: Path) -> None:
+    """A snapshot after the first turn: the branch resumes the same Hermes session."""
+    state = tmp_path / "state"
+    proc, ready = await start_daemon_process(state)
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
+                agent=pb.AgentSpec(harness="hermes"),
+            )
+            run.agent.options.update(FAST)
+            src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="hermes-lme"))
+            session = await _first_turn_ended(stub, src.name)
+            snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
+            branch = await stub.RestoreSnapshot(
+                pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="hermes-lme-branch")
+            )
+            done_src = await _final(stub, src.name)
+            done_branch = await _final(stub, branch.name)
+            for done in (done_src, done_branch):
+                assert done.state == pb.SUCCEEDED, done.state_reason
+                assert done.results.rounds_graded == done.results.rounds >= 1
+                assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
+            src_calls = await _calls(state, "local/hermes-lme")
+            branch_calls = await _calls(state, "local/hermes-lme-branch")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+    assert session
+    for calls in (src_calls, branch_calls):
+        assert calls and all(c["prompt_token_ids"] and c["completions"][0]["token_ids"] for c in calls)
+    first_text = _user_texts(min(src_calls, key=lambda c: c["timings"]["start_ns"]))[-1]
+    branch_agent = sorted(
+        (c for c in branch_calls if c["role"] == "agent"), key=lambda c: c["timings"]["start_ns"]
+    )
+    # The branch's first call continues the Hermes session the snapshot kept: the
+    # message before the snapshot is in its history, not sent anew.
+    assert first_text in _user_texts(branch_agent[0])[:-1]

@@ -113,5 +113,5 @@ def test_registrations_round_trip_and_undurable_ones_are_refused() -> None:
     wake = entry_from_json(old)
     assert isinstance(wake, InputRecord) and wake.specs[0].effects == (Wake("agent"),)
     graded = InputRecord(4, "register", 1, 2, ["g"], "", (EventSpec("g", At(5), (Grade("c"),)),))
-    with pytest.raises(InvalidArgument, match="'g'.*grade"):
+    with pytest.raises(InvalidArgument, match=r"'g'.*grade"):
         entry_to_json(graded)

@@ -1,0 +1,210 @@
+"""`sclated bench harness --harness NAME`: one harness, unmodified, on MetaClaw days.
+
+A fresh daemon process runs the MetaClaw scenario (built-in ``tiny`` or
+``--data-dir``) with the named harness against the embedded model; the
+figures come from the run (GetRun, WatchRun) and from the calls the capture
+proxy recorded (the daemon's store, read after it stopped):
+
+* ``calls_with_token_ids``: calls with prompt AND completion token ids;
+* ``harness_overhead_ms_p50``: a turn's duration minus its model calls'
+  (what the harness itself costs per message: process start, prompt
+  building, tools), on the run's clock, which flows at wall rate while a
+  turn is busy;
+* ``session_continuity``: each turn's first main call extends the previous
+  turn's (the harness really continued its session; the bench keeps one
+  session for the whole run where the harness can, ``session_scope=run``);
+* ``crons_fired``: the harness's own scheduled jobs that fired on simulated time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import itertools
+import signal
+import statistics
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HARNESS_TARGETS", "bench_harness", "harness_figures", "session_continuity"]
+
+HARNESS_TARGETS: dict[str, float] = {"delivery_delay_ms_p50": 50.0, "delivery_delay_ms_max": 250.0}
+"""Upper bounds; besides, every call has token ids and the session continued."""
+
+_BENCH_OPTIONS: dict[str, dict[str, Any]] = {
+    # One conversation across days, and a job of its own every 6 simulated hours.
+    "hermes": {
+        "session_scope": "run",
+        "cron_jobs": [{"schedule": "every 6h", "prompt": "Say the word tick.", "name": "bench-six-hourly"}],
+    },
+    "reference": {"max_steps": 3},
+}
+
+
+def _conversation(record: Mapping[str, Any]) -> list[tuple[str, str]] | None:
+    request = record.get("request")
+    messages = request.get("messages") if isinstance(request, Mapping) else None
+    if not isinstance(messages, list):
+        return None
+    out: list[tuple[str, str]] = []
+    for m in messages:
+        if isinstance(m, Mapping) and m.get("role") in ("user", "assistant"):
+            content = m.get("content")
+            out.append((str(m["role"]), content if isinstance(content, str) else repr(content)))
+    return out
+
+
+def session_continuity(agent_calls: Sequence[Mapping[str, Any]]) -> bool:
+    """True when each main call's user/assistant messages start with the previous
+    call's (a later prompt extends an earlier one). Needs two calls to tell."""
+    convs = [_conversation(c) for c in agent_calls]
+    if len(convs) < 2 or any(c is None for c in convs):
+        return False
+    for before, after in itertools.pairwise(convs):
+        assert before is not None and after is not None
+        if len(after) <= len(before) or after[: len(before)] != before:
+            return False
+    return True
+
+
+def _first_calls(agent: Sequence[Mapping[str, Any]], turns: Sequence[tuple[int, int]]) -> list[Mapping[str, Any]]:
+    """Each turn's first main call: the harness's own retries and continuations inside
+    a turn (a truncated answer asked to go on) are not the session's history."""
+    out: list[Mapping[str, Any]] = []
+    for start, end in turns:
+        first = next((c for c in agent if start <= c["timings"]["start_ns"] <= end), None)
+        if first is not None:
+            out.append(first)
+    return out
+
+
+def _p50(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def harness_figures(
+    harness: str,
+    run: Mapping[str, Any],
+    turns: Sequence[tuple[int, int]],
+    fires: Sequence[str],
+    calls: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The bench's JSON. ``turns``: each turn's (start, end) on the run's clock (ns);
+    ``fires``: fired event ids; ``calls``: the capture proxy's records."""
+    s = run.get("scheduler") or {}
+    posts = [c for c in calls if c.get("method", "POST") == "POST"]
+    with_ids = [
+        c
+        for c in posts
+        if c.get("prompt_token_ids") and any(comp.get("token_ids") for comp in c.get("completions") or [])
+    ]
+    agent = sorted((c for c in posts if c.get("role") == "agent"), key=lambda c: c["timings"]["start_ns"])
+    overhead_ms: list[float] = []
+    for start, end in turns:
+        model_ns = sum(
+            c["timings"]["end_ns"] - c["timings"]["start_ns"]
+            for c in agent
+            if start <= c["timings"]["start_ns"] <= end
+        )
+        overhead_ms.append((end - start - model_ns) / 1e6)
+    out: dict[str, Any] = {
+        "harness": harness,
+        "state": run.get("state"),
+        "state_reason": run.get("state_reason", ""),
+        "turns": len(turns),
+        "calls": len(posts),
+        "calls_with_token_ids": len(with_ids),
+        "calls_by_role": dict(sorted(collections.Counter(str(c.get("role")) for c in posts).items())),
+        "harness_overhead_ms_p50": _p50(overhead_ms),
+        "harness_overhead_ms_max": max(overhead_ms, default=0.0),
+        "session_continuity": session_continuity(_first_calls(agent, turns) if turns else agent),
+        "crons_fired": sum(1 for f in fires if ":cron:" in f),
+        "delivery_delay_ms_p50": float(s.get("delivery_delay_ms_p50", 0.0)),
+        "delivery_delay_ms_max": float(s.get("delivery_delay_ms_max", 0.0)),
+        "deliveries_checked": int(s.get("deliveries_checked", 0)),
+        "out_of_order": int(s.get("out_of_order", 0)),
+        "early_deliveries": int(s.get("early_deliveries", 0)),
+        "prompt_tokens_p50": _p50([len(c["prompt_token_ids"]) for c in with_ids if c.get("role") == "agent"]),
+        "targets": HARNESS_TARGETS,
+    }
+    misses = [k for k, bound in HARNESS_TARGETS.items() if out[k] > bound]
+    if out["calls_with_token_ids"] != out["calls"] or out["calls"] == 0:
+        misses.append("calls_with_token_ids")
+    if not out["session_continuity"]:
+        misses.append("session_continuity")
+    out["missed_targets"] = misses
+    out["meets_targets"] = out["state"] == "SUCCEEDED" and not misses
+    return out
+
+
+async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
+    import grpc
+    from google.protobuf.json_format import MessageToDict
+    from sclate_api.v1 import sclate_pb2 as pb
+    from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
+
+    from sclated.bench._cli import end_group
+    from sclated.bench._daemon import start_daemon_process
+    from sclated.store import Store
+
+    harness = args.harness
+    options = {**_BENCH_OPTIONS.get(harness, {}), "max_tokens": args.max_tokens}
+    with tempfile.TemporaryDirectory(prefix="sclate-bench-harness-") as tmp:
+        state = Path(tmp) / "state"
+        proc, ready = await start_daemon_process(state)
+        try:
+            async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+                stub = pb_grpc.SclateStub(ch)
+                run = pb.Run(
+                    benchmark=pb.BenchmarkSpec(
+                        name="metaclaw",
+                        scenario="" if args.data_dir else "tiny",
+                        data_dir=str(args.data_dir.resolve()) if args.data_dir else "",
+                        subset=list(args.subset or ()),
+                    ),
+                    agent=pb.AgentSpec(harness=harness),
+                    clock=pb.ClockSpec(mode=pb.HYBRID),
+                )
+                run.agent.options.update(options)
+                created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="bench-harness"))
+                fires: list[str] = []
+                fire_ns: dict[str, int] = {}
+                turns: list[tuple[int, int]] = []
+                deliveries: list[int] = []
+                last_end = 0
+                async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
+                    kind = ev.WhichOneof("kind")
+                    at = ev.sim_time.ToNanoseconds()
+                    if kind == "fire":
+                        fires.append(ev.fire.event_id)
+                        fire_ns[ev.fire.event_id] = at
+                        if {"deliver_prompt", "notify"} & set(ev.fire.effects):
+                            deliveries.append(at)
+                    elif kind == "turn" and ev.turn.phase == "ended" and deliveries:
+                        # Turns run one at a time: one that waited behind another starts when it ended.
+                        start = max(deliveries.pop(0), last_end)
+                        turns.append((start, at))
+                        last_end = at
+                    if not args.json and kind in ("fire", "turn"):
+                        print(f"{kind}: {ev.fire.event_id if kind == 'fire' else ev.turn.round_id}", file=sys.stderr)
+                final = await stub.GetRun(pb.GetRunRequest(name=created.name))
+                result = MessageToDict(final.results, preserving_proto_field_name=True)
+                run_dict = {
+                    "state": pb.State.Name(final.state),
+                    "state_reason": final.state_reason,
+                    "scheduler": result.get("scheduler", {}),
+                }
+        finally:
+            await end_group(proc, sig=signal.SIGTERM, grace_s=60)
+        store = Store(state / "sclated.db")
+        await store.open()
+        try:
+            calls = await store.calls("bench-harness")
+        finally:
+            await store.close()
+    await asyncio.sleep(0)
+    return harness_figures(harness, run_dict, turns, fires, calls)

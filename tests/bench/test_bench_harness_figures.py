@@ -1,0 +1,70 @@
+"""`sclated bench harness` figures from made-up records: each one can come out bad."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sclated.bench._harness import harness_figures, session_continuity
+
+MS = 1_000_000
+
+
+def call(role: str, start_ms: int, end_ms: int, messages: list[tuple[str, str]], *, ids: bool = True) -> dict[str, Any]:
+    conversation = [{"role": r, "content": t} for r, t in messages]
+    return {
+        "role": role,
+        "method": "POST",
+        "request": {"messages": [{"role": "system", "content": "sys"}, *conversation]},
+        "prompt_token_ids": [1, 2, 3] if ids else None,
+        "completions": [{"token_ids": [4] if ids else None}],
+        "timings": {"start_ns": start_ms * MS, "end_ns": end_ms * MS},
+    }
+
+
+RUN = {"state": "SUCCEEDED", "scheduler": {"delivery_delay_ms_p50": 3.0, "delivery_delay_ms_max": 9.0}}
+FIRST = [("user", "hi")]
+SECOND = [("user", "hi"), ("assistant", "hello"), ("user", "and now?")]
+
+
+def test_good_records_meet_the_targets() -> None:
+    calls = [call("agent", 100, 300, FIRST), call("agent", 1100, 1200, SECOND), call("memory", 5000, 5100, [])]
+    out = harness_figures("h", RUN, [(0, 1000 * MS), (1000 * MS, 2000 * MS)], ["h:cron:1", "day:start"], calls)
+    assert out["meets_targets"], out["missed_targets"]
+    assert out["turns"] == 2 and out["calls"] == out["calls_with_token_ids"] == 3
+    # Turn 1: 1000 ms, 200 of them in the model; turn 2: 1000 ms, 100 in the model.
+    assert out["harness_overhead_ms_p50"] == 850.0 and out["harness_overhead_ms_max"] == 900.0
+    assert out["crons_fired"] == 1 and out["session_continuity"] is True
+    assert out["calls_by_role"] == {"agent": 2, "memory": 1}
+
+
+def test_a_call_without_token_ids_misses() -> None:
+    calls = [call("agent", 100, 300, FIRST), call("agent", 1100, 1200, SECOND, ids=False)]
+    out = harness_figures("h", RUN, [], [], calls)
+    assert out["calls_with_token_ids"] == 1 and "calls_with_token_ids" in out["missed_targets"]
+    assert not out["meets_targets"]
+
+
+def test_continuity_is_judged_on_each_turns_first_call() -> None:
+    # A continuation inside turn 1 (its own messages) is not the session's history.
+    aside = call("agent", 400, 500, [("user", "hi"), ("assistant", "hel"), ("user", "continue")])
+    calls = [call("agent", 100, 300, FIRST), aside, call("agent", 1100, 1200, SECOND)]
+    out = harness_figures("h", RUN, [(0, 1000 * MS), (1000 * MS, 2000 * MS)], [], calls)
+    assert out["session_continuity"] is True
+    restarted = [call("agent", 100, 300, SECOND), call("agent", 1100, 1200, FIRST)]
+    out = harness_figures("h", RUN, [(0, 1000 * MS), (1000 * MS, 2000 * MS)], [], restarted)
+    assert out["session_continuity"] is False and "session_continuity" in out["missed_targets"]
+
+
+def test_a_session_that_started_over_is_not_continuous() -> None:
+    assert not session_continuity([call("agent", 1, 2, SECOND), call("agent", 3, 4, FIRST)])
+    assert not session_continuity([call("agent", 1, 2, FIRST), call("agent", 3, 4, [("user", "hello?")])])
+    assert not session_continuity([call("agent", 1, 2, FIRST)])  # one call tells nothing
+
+
+def test_slow_delivery_and_a_failed_run_miss() -> None:
+    slow = {"state": "SUCCEEDED", "scheduler": {"delivery_delay_ms_p50": 60.0, "delivery_delay_ms_max": 300.0}}
+    calls = [call("agent", 1, 2, FIRST), call("agent", 3, 4, SECOND)]
+    out = harness_figures("h", slow, [], [], calls)
+    assert set(out["missed_targets"]) == {"delivery_delay_ms_p50", "delivery_delay_ms_max"}
+    failed = harness_figures("h", {**RUN, "state": "FAILED"}, [], [], calls)
+    assert failed["missed_targets"] == [] and not failed["meets_targets"]
