@@ -242,6 +242,7 @@ def event_to_proto(ev: EventRow, run_name: str) -> pb.RunEvent:
                 phase=p.get("phase", ""),
                 reply=p.get("reply", ""),
                 delivery_delay_ms=p.get("delivery_delay_ms", 0.0),
+                harness_error=p.get("harness_error", ""),
             )
         )
     elif ev.kind == "verdict":

@@ -364,6 +364,7 @@ class RunWorker:
                     "reply_truncated": len(reply) > _REPLY_DISPLAY_LIMIT,
                     "reply_chars": len(reply),
                     "delivery_delay_ms": delay_ms if delay_ms is not None else 0.0,
+                    "harness_error": str(result.details.get("error") or "")[-_REPLY_DISPLAY_LIMIT:],
                 },
                 now,
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,11 @@ async def _first_turn_ended(stub: pb_grpc.SclateStub, name: str) -> str:
     raise AssertionError("the run ended before its first turn did")
 
 
+async def _names(*names: str) -> AsyncIterator[str]:
+    for name in names:
+        yield name
+
+
 async def _final(stub: pb_grpc.SclateStub, name: str) -> pb.Run:
     async for _ in stub.WatchRun(pb.WatchRunRequest(name=name)):
         pass
@@ -104,7 +110,8 @@ async def _final(stub: pb_grpc.SclateStub, name: str) -> pb.Run:
 
 
 async def test_longmemeval_tiny_with_hermes_snapshot_and_branch(tmp_path: Path) -> None:
-    """A snapshot after the first turn: the branch resumes the same Hermes session."""
+    """A snapshot after the first turn: the branch resumes the same Hermes conversation
+    (session_scope=run: every haystack session and the question in one)."""
     state = tmp_path / "state"
     proc, ready = await start_daemon_process(state)
     try:
@@ -114,7 +121,7 @@ async def test_longmemeval_tiny_with_hermes_snapshot_and_branch(tmp_path: Path) 
                 benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
                 agent=pb.AgentSpec(harness="hermes"),
             )
-            run.agent.options.update(FAST)
+            run.agent.options.update({**FAST, "session_scope": "run"})
             src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="hermes-lme"))
             session = await _first_turn_ended(stub, src.name)
             snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
@@ -123,6 +130,12 @@ async def test_longmemeval_tiny_with_hermes_snapshot_and_branch(tmp_path: Path) 
             )
             done_src = await _final(stub, src.name)
             done_branch = await _final(stub, branch.name)
+            errors = [
+                (name, ev.turn.round_id, ev.turn.harness_error)
+                async for name in _names(src.name, branch.name)
+                async for ev in stub.WatchRun(pb.WatchRunRequest(name=name))
+                if ev.WhichOneof("kind") == "turn" and ev.turn.harness_error
+            ]
             for done in (done_src, done_branch):
                 assert done.state == pb.SUCCEEDED, done.state_reason
                 assert done.results.rounds_graded == done.results.rounds >= 1
@@ -135,10 +148,16 @@ async def test_longmemeval_tiny_with_hermes_snapshot_and_branch(tmp_path: Path) 
     assert session
     for calls in (src_calls, branch_calls):
         assert calls and all(c["prompt_token_ids"] and c["completions"][0]["token_ids"] for c in calls)
+    # Every turn reached the model (a turn Hermes failed before calling it would say why here).
+    assert not errors, errors
     first_text = _user_texts(min(src_calls, key=lambda c: c["timings"]["start_ns"]))[-1]
-    branch_agent = sorted(
-        (c for c in branch_calls if c["role"] == "agent"), key=lambda c: c["timings"]["start_ns"]
+    # The branch keeps the calls made before the snapshot (the same records); its own come after.
+    kept = {c["call_id"] for c in src_calls}
+    branch_own = sorted(
+        (c for c in branch_calls if c["role"] == "agent" and c["call_id"] not in kept),
+        key=lambda c: c["timings"]["start_ns"],
     )
-    # The branch's first call continues the Hermes session the snapshot kept: the
-    # message before the snapshot is in its history, not sent anew.
-    assert first_text in _user_texts(branch_agent[0])[:-1]
+    assert len(branch_own) < len(branch_calls)
+    # The branch's first call of its own continues the Hermes session the snapshot
+    # kept: the message from before the snapshot is in its history, not sent anew.
+    assert first_text in _user_texts(branch_own[0])[:-1]

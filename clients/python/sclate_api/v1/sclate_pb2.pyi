@@ -407,18 +407,20 @@ class LeaseEvent(_message.Message):
     def __init__(self, change: _Optional[str] = ..., lease: _Optional[str] = ..., holder: _Optional[str] = ..., held_count: _Optional[int] = ...) -> None: ...
 
 class AgentTurnEvent(_message.Message):
-    __slots__ = ("round_id", "session", "phase", "reply", "delivery_delay_ms")
+    __slots__ = ("round_id", "session", "phase", "reply", "delivery_delay_ms", "harness_error")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     REPLY_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    HARNESS_ERROR_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     session: str
     phase: str
     reply: str
     delivery_delay_ms: float
-    def __init__(self, round_id: _Optional[str] = ..., session: _Optional[str] = ..., phase: _Optional[str] = ..., reply: _Optional[str] = ..., delivery_delay_ms: _Optional[float] = ...) -> None: ...
+    harness_error: str
+    def __init__(self, round_id: _Optional[str] = ..., session: _Optional[str] = ..., phase: _Optional[str] = ..., reply: _Optional[str] = ..., delivery_delay_ms: _Optional[float] = ..., harness_error: _Optional[str] = ...) -> None: ...
 
 class VerdictEvent(_message.Message):
     __slots__ = ("round_id", "graded", "score", "reason")
