@@ -22,6 +22,9 @@ import argparse
 import asyncio
 import collections
 import itertools
+import os
+import secrets
+import shutil
 import signal
 import statistics
 import sys
@@ -141,6 +144,23 @@ def harness_figures(
     return out
 
 
+async def _reap(state: Path) -> None:
+    from sclated.runtime import DockerRuntime
+    from sclated.sandbox import short_sockets_dir
+
+    # Kept with the sandboxes for the same resume: their control sockets.
+    await asyncio.to_thread(shutil.rmtree, short_sockets_dir(state), True)
+    try:
+        daemon_id = (await asyncio.to_thread((state / "daemon-id").read_text)).strip()
+    except OSError:
+        return
+    runtime = await DockerRuntime.connect(daemon_id)
+    try:
+        await runtime.reap(daemon_id, keep=set())
+    finally:
+        await runtime.close()
+
+
 async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
     import grpc
     from google.protobuf.json_format import MessageToDict
@@ -155,6 +175,10 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
     options = {**_BENCH_OPTIONS.get(harness, {}), "max_tokens": args.max_tokens}
     with tempfile.TemporaryDirectory(prefix="sclate-bench-harness-") as tmp:
         state = Path(tmp) / "state"
+        state.mkdir()
+        # The daemon's id labels its sandboxes: named after this process, so what a
+        # bench left behind is known as its own.
+        (state / "daemon-id").write_text(f"bench-{os.getpid()}-{secrets.token_hex(3)}\n")
         proc, ready = await start_daemon_process(state)
         try:
             async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
@@ -200,11 +224,13 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
                 }
         finally:
             await end_group(proc, sig=signal.SIGTERM, grace_s=60)
+            # A daemon stopped mid-run keeps its sandboxes for a resume that will
+            # never come here: the bench's daemon is gone, so are they.
+            await asyncio.shield(_reap(state))
         store = Store(state / "sclated.db")
         await store.open()
         try:
-            calls = await store.calls("bench-harness")
+            calls = await store.calls("local/bench-harness")
         finally:
             await store.close()
-    await asyncio.sleep(0)
     return harness_figures(harness, run_dict, turns, fires, calls)

@@ -144,3 +144,19 @@ def test_proxy_bench_interrupted_in_the_sandbox_removes_it(bench_tmp: Path) -> N
     )
     interrupted_ok(run, signal.SIGTERM)
     assert run.containers_seen >= 1
+
+
+@pytest.mark.docker
+def test_harness_bench_interrupted_ends_its_daemon_and_sandbox(bench_tmp: Path) -> None:
+    run = run_bench(
+        "harness",
+        "--harness",
+        "reference",
+        tmpdir=bench_tmp,
+        interrupt=signal.SIGTERM,
+        when=has_container,
+        after_s=1.0,
+        timeout_s=600,
+    )
+    interrupted_ok(run, signal.SIGTERM)
+    assert run.containers_seen >= 1 and "sclated" in " ".join(run.seen.values())
