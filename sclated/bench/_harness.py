@@ -33,16 +33,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HARNESS_TARGETS", "bench_harness", "harness_figures", "session_continuity"]
+__all__ = ["HARNESS_TARGETS", "bench_harness", "continuity_breaks", "harness_figures", "session_continuity"]
 
 HARNESS_TARGETS: dict[str, float] = {"delivery_delay_ms_p50": 50.0, "delivery_delay_ms_max": 250.0}
 """Upper bounds; besides, every call has token ids and the session continued."""
 
 _BENCH_OPTIONS: dict[str, dict[str, Any]] = {
-    # One conversation across days, and a job of its own every 6 simulated hours.
+    # One conversation across days, and a job of its own daily at 13:00 (between days).
     "hermes": {
         "session_scope": "run",
-        "cron_jobs": [{"schedule": "every 6h", "prompt": "Say the word tick.", "name": "bench-six-hourly"}],
+        "cron_jobs": [{"schedule": "0 13 * * *", "prompt": "Say the word tick.", "name": "bench-daily"}],
     },
     "reference": {"max_steps": 3},
 }
@@ -61,17 +61,29 @@ def _conversation(record: Mapping[str, Any]) -> list[tuple[str, str]] | None:
     return out
 
 
+def continuity_breaks(agent_calls: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where a main call's user/assistant messages do not start with the previous
+    call's, each said in a line (empty: every later prompt extends the earlier)."""
+    convs = [_conversation(c) for c in agent_calls]
+    breaks: list[str] = []
+    for i, (before, after) in enumerate(itertools.pairwise(convs), start=1):
+        if before is None or after is None:
+            breaks.append(f"call {i}: no chat messages to compare")
+            continue
+        if len(after) <= len(before):
+            breaks.append(f"call {i}: {len(after)} messages after {len(before)} (the session started over or shrank)")
+            continue
+        for k, (was, now) in enumerate(zip(before, after, strict=False)):
+            if was != now:
+                breaks.append(f"call {i}: message {k} differs: {was[0]} {was[1][:60]!r} -> {now[0]} {now[1][:60]!r}")
+                break
+    return breaks
+
+
 def session_continuity(agent_calls: Sequence[Mapping[str, Any]]) -> bool:
     """True when each main call's user/assistant messages start with the previous
     call's (a later prompt extends an earlier one). Needs two calls to tell."""
-    convs = [_conversation(c) for c in agent_calls]
-    if len(convs) < 2 or any(c is None for c in convs):
-        return False
-    for before, after in itertools.pairwise(convs):
-        assert before is not None and after is not None
-        if len(after) <= len(before) or after[: len(before)] != before:
-            return False
-    return True
+    return len(agent_calls) >= 2 and not continuity_breaks(agent_calls)
 
 
 def _first_calls(agent: Sequence[Mapping[str, Any]], turns: Sequence[tuple[int, int]]) -> list[Mapping[str, Any]]:
@@ -114,6 +126,8 @@ def harness_figures(
             if start <= c["timings"]["start_ns"] <= end
         )
         overhead_ms.append((end - start - model_ns) / 1e6)
+    firsts = _first_calls(agent, turns) if turns else list(agent)
+    without_ids = [c for c in posts if c not in with_ids]
     out: dict[str, Any] = {
         "harness": harness,
         "state": run.get("state"),
@@ -121,10 +135,19 @@ def harness_figures(
         "turns": len(turns),
         "calls": len(posts),
         "calls_with_token_ids": len(with_ids),
+        # Why a call has no token ids (a refused or broken call), the first ten.
+        "calls_without_token_ids": [
+            {
+                k: c.get(k)
+                for k in ("role", "status", "error", "finish_reason", "complete", "stream", "path")
+            }
+            for c in without_ids[:10]
+        ],
         "calls_by_role": dict(sorted(collections.Counter(str(c.get("role")) for c in posts).items())),
         "harness_overhead_ms_p50": _p50(overhead_ms),
         "harness_overhead_ms_max": max(overhead_ms, default=0.0),
-        "session_continuity": session_continuity(_first_calls(agent, turns) if turns else agent),
+        "session_continuity": session_continuity(firsts),
+        "continuity_breaks": continuity_breaks(firsts)[:10],
         "crons_fired": sum(1 for f in fires if ":cron:" in f),
         "delivery_delay_ms_p50": float(s.get("delivery_delay_ms_p50", 0.0)),
         "delivery_delay_ms_max": float(s.get("delivery_delay_ms_max", 0.0)),

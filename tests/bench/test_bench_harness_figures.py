@@ -41,6 +41,7 @@ def test_a_call_without_token_ids_misses() -> None:
     calls = [call("agent", 100, 300, FIRST), call("agent", 1100, 1200, SECOND, ids=False)]
     out = harness_figures("h", RUN, [], [], calls)
     assert out["calls_with_token_ids"] == 1 and "calls_with_token_ids" in out["missed_targets"]
+    assert [c["role"] for c in out["calls_without_token_ids"]] == ["agent"]
     assert not out["meets_targets"]
 
 
@@ -53,6 +54,7 @@ def test_continuity_is_judged_on_each_turns_first_call() -> None:
     restarted = [call("agent", 100, 300, SECOND), call("agent", 1100, 1200, FIRST)]
     out = harness_figures("h", RUN, [(0, 1000 * MS), (1000 * MS, 2000 * MS)], [], restarted)
     assert out["session_continuity"] is False and "session_continuity" in out["missed_targets"]
+    assert out["continuity_breaks"] == ["call 1: 1 messages after 3 (the session started over or shrank)"]
 
 
 def test_a_session_that_started_over_is_not_continuous() -> None:
