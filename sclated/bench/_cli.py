@@ -151,6 +151,12 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     p.add_argument("--max-tokens", type=int, default=96, help="e2e, harness: the harness's max_tokens per model call")
     p.add_argument("--harness", default="hermes", help="harness: which harness (see `sclate agents list`)")
     p.add_argument("--subset", action="append", help="harness: keep this MetaClaw day (repeatable; default all)")
+    p.add_argument(
+        "--model-n-ctx",
+        type=int,
+        default=16384,
+        help="harness: the embedded model's context (default 16384: a harness resends its whole session)",
+    )
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
     if bench is None:

@@ -155,6 +155,7 @@ def harness_figures(
         "out_of_order": int(s.get("out_of_order", 0)),
         "early_deliveries": int(s.get("early_deliveries", 0)),
         "prompt_tokens_p50": _p50([len(c["prompt_token_ids"]) for c in with_ids if c.get("role") == "agent"]),
+        "failed_by_cause": dict(run.get("failed_by_cause") or {}),
         "targets": HARNESS_TARGETS,
     }
     misses = [k for k, bound in HARNESS_TARGETS.items() if out[k] > bound]
@@ -202,7 +203,7 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
         # The daemon's id labels its sandboxes: named after this process, so what a
         # bench left behind is known as its own.
         (state / "daemon-id").write_text(f"bench-{os.getpid()}-{secrets.token_hex(3)}\n")
-        proc, ready = await start_daemon_process(state)
+        proc, ready = await start_daemon_process(state, "--model-n-ctx", str(args.model_n_ctx))
         try:
             async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
                 stub = pb_grpc.SclateStub(ch)
@@ -244,6 +245,7 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
                     "state": pb.State.Name(final.state),
                     "state_reason": final.state_reason,
                     "scheduler": result.get("scheduler", {}),
+                    "failed_by_cause": dict(final.results.capture.failed_by_cause),
                 }
         finally:
             await end_group(proc, sig=signal.SIGTERM, grace_s=60)
@@ -256,4 +258,6 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
             calls = await store.calls("local/bench-harness")
         finally:
             await store.close()
-    return harness_figures(harness, run_dict, turns, fires, calls)
+    out = harness_figures(harness, run_dict, turns, fires, calls)
+    out["model_n_ctx"] = args.model_n_ctx
+    return out

@@ -389,8 +389,11 @@ class Engine:
         if not prompt_ids:
             raise InvalidArgument(f"'{field}' renders to an empty prompt", field=field)
         if len(prompt_ids) >= self.n_ctx:
+            # OpenAI's own words: clients parse the limit out of them (a harness
+            # that compacts its history learns how far it may go).
             raise InvalidArgument(
-                f"'{field}' is {len(prompt_ids)} tokens; the context holds {self.n_ctx} including the completion",
+                f"This model's maximum context length is {self.n_ctx} tokens, including the completion. "
+                f"However, your '{field}' resulted in {len(prompt_ids)} tokens. Please reduce its length.",
                 field=field,
                 reason=PROMPT_TOO_LONG,
             )
