@@ -74,7 +74,10 @@ async def test_metaclaw_tiny_with_hermes(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
-    agent = [c for c in calls if c["role"] == "agent" and c["method"] == "POST"]
+    # In the order they were made (the store keeps the order records arrived in).
+    agent = sorted(
+        (c for c in calls if c["role"] == "agent" and c["method"] == "POST"), key=lambda c: c["timings"]["start_ns"]
+    )
     memory = [c for c in calls if c["role"] == "memory"]
     assert agent and memory
     # Every call in tokens.
@@ -84,7 +87,7 @@ async def test_metaclaw_tiny_with_hermes(tmp_path: Path) -> None:
     assert not any("Say the word tick." in json.dumps(c["request"]) for c in agent)
     # The conversation continued across the day boundary: the last prompt carries day 1's first message.
     first_user = _user_texts(agent[0])[-1]
-    last = max(agent, key=lambda c: c["timings"]["start_ns"])
+    last = agent[-1]
     assert first_user in _user_texts(last)[:-1]
 
 
