@@ -30,7 +30,8 @@ export function formatEvent(ev: RunEvent): string {
       const reply = t.reply ? ` reply=${quote(t.reply)}` : "";
       const round = t.roundId ? ` round=${t.roundId}` : "";
       const session = t.session ? ` session=${t.session}` : "";
-      return `${head} ${t.phase}${round}${session} delay=${t.deliveryDelayMs.toFixed(1)}ms${reply}`;
+      const failed = t.harnessError ? ` harness_error=${quote(t.harnessError)}` : "";
+      return `${head} ${t.phase}${round}${session} delay=${t.deliveryDelayMs.toFixed(1)}ms${reply}${failed}`;
     }
     case "verdict": {
       const v = ev.verdict;
