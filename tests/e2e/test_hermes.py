@@ -145,6 +145,9 @@ async def test_longmemeval_tiny_with_hermes_snapshot_and_branch(tmp_path: Path) 
                 assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
             src_calls = await _calls(state, "local/hermes-lme")
             branch_calls = await _calls(state, "local/hermes-lme-branch")
+            # Deleting the runs removes their snapshot image (nothing left on the engine).
+            for name in (branch.name, src.name):
+                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
