@@ -54,20 +54,6 @@ async def _check_model(model_url: str | None, out_dir: Path, progress: Progress)
     progress(f"model: ok ({check.detail})")
 
 
-async def _reap_sandboxes(state_dir: Path) -> None:
-    from sclated.runtime import DockerRuntime
-
-    try:
-        daemon_id = (await asyncio.to_thread((state_dir / "daemon-id").read_text)).strip()
-    except OSError:
-        return
-    runtime = await DockerRuntime.connect(daemon_id)
-    try:
-        await runtime.reap(daemon_id, keep=set())
-    finally:
-        await runtime.close()
-
-
 def demo_problems(run: dict[str, Any]) -> list[str]:
     """Why a finished demo run does not show a working substrate (empty: it does)."""
     problems: list[str] = []
@@ -196,7 +182,9 @@ async def run_e2e(
         await proc.wait()
         # A daemon stopped mid-run keeps the run's sandbox for a resume that
         # will never come here: the demo's daemon is gone, so are its sandboxes.
-        await _reap_sandboxes(state_dir)
+        from sclated.bench import reap_daemon_sandboxes
+
+        await reap_daemon_sandboxes(state_dir)
     # Every field, numbers as numbers (a score of 0 is not a missing score).
     out: dict[str, Any] = message_to_json(final)
     out["exports"] = exports

@@ -1,7 +1,7 @@
 """Benchmarks of sclate itself, behind `sclated bench NAME --json`."""
 
 from sclated.bench._cli import BENCHES, run_bench_cli
-from sclated.bench._daemon import start_daemon_process
+from sclated.bench._daemon import reap_daemon_sandboxes, start_daemon_process
 from sclated.bench._sandbox import bench_sandbox, measure_publish_latency
 from sclated.bench._scheduler import bench_scheduler
 
@@ -10,6 +10,7 @@ __all__ = [
     "bench_sandbox",
     "bench_scheduler",
     "measure_publish_latency",
+    "reap_daemon_sandboxes",
     "run_bench_cli",
     "start_daemon_process",
 ]

@@ -195,3 +195,25 @@ async def bench_daemon(
         "daemon_exit_code": code,
         "cpus": os.cpu_count(),
     }
+
+
+async def reap_daemon_sandboxes(state_dir: Path) -> None:
+    """Remove the sandboxes (and their control sockets) a daemon kept in ``state_dir``.
+
+    A daemon stopped mid-run keeps its sandboxes for a resume; when the daemon
+    was a throwaway (a bench, the demo), that resume never comes."""
+    import shutil
+
+    from sclated.runtime import DockerRuntime
+    from sclated.sandbox import short_sockets_dir
+
+    await asyncio.to_thread(shutil.rmtree, short_sockets_dir(state_dir), True)
+    try:
+        daemon_id = (await asyncio.to_thread((state_dir / "daemon-id").read_text)).strip()
+    except OSError:
+        return
+    runtime = await DockerRuntime.connect(daemon_id)
+    try:
+        await runtime.reap(daemon_id, keep=set())
+    finally:
+        await runtime.close()

@@ -24,7 +24,6 @@ import collections
 import itertools
 import os
 import secrets
-import shutil
 import signal
 import statistics
 import sys
@@ -168,23 +167,6 @@ def harness_figures(
     return out
 
 
-async def _reap(state: Path) -> None:
-    from sclated.runtime import DockerRuntime
-    from sclated.sandbox import short_sockets_dir
-
-    # Kept with the sandboxes for the same resume: their control sockets.
-    await asyncio.to_thread(shutil.rmtree, short_sockets_dir(state), True)
-    try:
-        daemon_id = (await asyncio.to_thread((state / "daemon-id").read_text)).strip()
-    except OSError:
-        return
-    runtime = await DockerRuntime.connect(daemon_id)
-    try:
-        await runtime.reap(daemon_id, keep=set())
-    finally:
-        await runtime.close()
-
-
 async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
     import grpc
     from google.protobuf.json_format import MessageToDict
@@ -192,7 +174,7 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
     from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
     from sclated.bench._cli import end_group
-    from sclated.bench._daemon import start_daemon_process
+    from sclated.bench._daemon import reap_daemon_sandboxes, start_daemon_process
     from sclated.store import Store
 
     harness = args.harness
@@ -251,7 +233,7 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
             await end_group(proc, sig=signal.SIGTERM, grace_s=60)
             # A daemon stopped mid-run keeps its sandboxes for a resume that will
             # never come here: the bench's daemon is gone, so are they.
-            await asyncio.shield(_reap(state))
+            await asyncio.shield(reap_daemon_sandboxes(state))
         store = Store(state / "sclated.db")
         await store.open()
         try:
