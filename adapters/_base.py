@@ -49,6 +49,8 @@ __all__ = [
     "SandboxHarness",
     "Scenario",
     "ScenarioConfig",
+    "SeededSessions",
+    "SessionSeed",
     "TurnResult",
     "Verdict",
     "WireApi",
@@ -75,6 +77,9 @@ class ScenarioConfig:
     subset: tuple[str, ...] = ()
     """Upstream ids to keep (days, question ids); empty keeps all."""
     options: Mapping[str, Any] = field(default_factory=dict)
+    agent_capabilities: frozenset[Capability] = frozenset()
+    """What the run's agent declares: a benchmark may follow its upstream protocol
+    more closely for an agent that can (MetaClaw's seeded sessions for OpenClaw)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +199,9 @@ class Capability(enum.Enum):
     """In-process session state is saved and restored with snapshots."""
     WAIT = "wait"
     """It can wait in simulated time (``sclate-wait``) instead of sleeping in real time."""
+    SEEDED_SESSIONS = "seeded_sessions"
+    """A benchmark's recorded session transcript becomes a session's history without any
+    model call (OpenClaw's session files, as MetaClaw-Bench seeds them upstream)."""
 
 
 def missing_capabilities(needed: Mapping[Capability, str], has: frozenset[Capability]) -> list[str]:
@@ -274,6 +282,34 @@ class Workspace(Protocol):
         """Copy a host directory's contents to ``dest`` in the agent's filesystem."""
         ...
 
+    async def clear(self) -> None:
+        """Empty the workspace for a fresh start (a benchmark's new day), keeping only
+        the harness's own memory files there (``HarnessDeclaration.workspace_memory``)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSeed:
+    """A session to continue from a recorded transcript (a benchmark's seeded history)."""
+
+    session_id: str
+    """The harness's own session id (the transcript's, as upstream names it)."""
+    agent: str
+    """The harness's agent id the session belongs to."""
+    transcript: Path | None
+    """The transcript on the daemon's host, in the harness's own format; None: an empty session."""
+    harness_config: Path | None = None
+    """The benchmark's config for the harness (OpenClaw's ``openclaw.json``), on the host:
+    its agents and tool policy are kept, its model endpoints replaced by the capture proxy."""
+
+
+class SeededSessions(Protocol):
+    """Sessions that start from a recorded history (``Capability.SEEDED_SESSIONS``)."""
+
+    async def seed_session(self, seed: SessionSeed) -> None:
+        """Make ``seed`` the history of its session before the next message to it."""
+        ...
+
 
 class Jobs(Protocol):
     """The harness's own background work, run when the scheduler says."""
@@ -323,6 +359,11 @@ class AgentAdapter(Protocol):
     @property
     def files(self) -> AgentFiles | None:
         """Set exactly when ``Capability.FILE_SNAPSHOTS`` is declared."""
+        ...
+
+    @property
+    def sessions(self) -> SeededSessions | None:
+        """Set exactly when ``Capability.SEEDED_SESSIONS`` is declared."""
         ...
 
     async def prepare(self, env: AgentEnvironment) -> None:
@@ -380,6 +421,10 @@ class InProcessAgent:
 
     @property
     def files(self) -> AgentFiles | None:
+        return None
+
+    @property
+    def sessions(self) -> SeededSessions | None:
         return None
 
     async def prepare(self, env: AgentEnvironment) -> None:
@@ -486,6 +531,10 @@ class HarnessDeclaration:
     options: frozenset[str] = frozenset()
     """The run options it accepts (validated by ``SandboxHarness`` construction)."""
     memory_systems: tuple[str, ...] = ("native",)
+    workspace_memory: tuple[str, ...] = ()
+    """Names in ``/workspace`` that are the harness's own memory (OpenClaw's ``MEMORY.md``
+    and ``memory/``): a benchmark's fresh workspace for a new day keeps them, so what the
+    agent learned carries over while the day's files start clean."""
     version: str = ""
     """The harness's own version (its pinned package; the project's for the reference harness)."""
 
@@ -518,6 +567,11 @@ class SandboxHarness(Protocol):
         ...
 
     async def stop_session(self) -> None: ...
+
+    async def seed_session(self, seed: SessionSeed) -> None:
+        """Make a recorded transcript a session's history (``Capability.SEEDED_SESSIONS``);
+        a harness that does not declare it is never asked."""
+        ...
 
     async def save_state(self, dest: Path) -> None:
         """Its in-process session state (``Capability.SESSION_STATE``); files are kept with the sandbox."""

@@ -25,10 +25,16 @@ class HarnessEntry:
 def _entries() -> tuple[HarnessEntry, ...]:
     from adapters.hermes import DECLARATION as HERMES
     from adapters.hermes import HermesHarness
+    from adapters.openclaw import DECLARATION as OPENCLAW
+    from adapters.openclaw import OpenClawHarness
     from adapters.reference_harness import DECLARATION as REFERENCE
     from adapters.reference_harness import ReferenceHarness
 
-    return (HarnessEntry(REFERENCE, ReferenceHarness), HarnessEntry(HERMES, HermesHarness))
+    return (
+        HarnessEntry(REFERENCE, ReferenceHarness),
+        HarnessEntry(HERMES, HermesHarness),
+        HarnessEntry(OPENCLAW, OpenClawHarness),
+    )
 
 
 HARNESSES: tuple[HarnessEntry, ...] = _entries()
@@ -37,7 +43,9 @@ HARNESSES: tuple[HarnessEntry, ...] = _entries()
 def register_harness_images() -> None:
     """Make the image builder know every harness's image (importing a harness registers it)."""
     from adapters.hermes.image import register_image as hermes_image
+    from adapters.openclaw.image import register_image as openclaw_image
     from adapters.reference_harness.image import register_image as reference_image
 
     reference_image()
     hermes_image()
+    openclaw_image()

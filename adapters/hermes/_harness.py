@@ -44,6 +44,7 @@ from adapters import (
     LineChannel,
     ProxyEndpoints,
     SandboxAccess,
+    SessionSeed,
     TurnResult,
 )
 from adapters.hermes.image import HERMES_VERSION, IMAGE_NAME, register_image
@@ -292,6 +293,10 @@ class HermesHarness:
         )
 
     # -- state -------------------------------------------------------------------------------
+    async def seed_session(self, seed: SessionSeed) -> None:
+        # Not declared (Capability.SEEDED_SESSIONS): a run never asks.
+        raise FailedPrecondition("Hermes does not take recorded session histories", reason="UNSUPPORTED")
+
     async def save_state(self, dest: Path) -> None:
         return None  # everything Hermes keeps is in HERMES_HOME (the memory volume)
 

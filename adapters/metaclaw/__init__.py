@@ -9,7 +9,9 @@ Options: ``scripts_dir`` (upstream ``eval/scripts`` when the data lacks it),
 ``seed_dir`` (where workspace seeds are laid out; a temp dir by default),
 ``day_start`` / ``consolidate_at`` (``"HH:MM"`` UTC; ``consolidate_at=None``
 turns nightly consolidation off), ``openings`` and ``standalone_feedback``
-(bools, default True).
+(bools, default True), ``protocol`` (``continual`` or ``upstream``; by default
+``upstream`` for an agent that takes seeded sessions, OpenClaw, and
+``continual`` otherwise: see :class:`TimelineConfig`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from adapters import BenchmarkInfo, ScenarioConfig
+from adapters import BenchmarkInfo, Capability, ScenarioConfig
 from adapters.metaclaw._data import (
     MetaClawData,
     MetaClawDay,
@@ -60,6 +62,7 @@ __all__ = [
 ]
 
 _SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
+_PROTOCOLS = ("continual", "upstream")
 BUILTIN_SCENARIOS: tuple[str, ...] = ("tiny",)
 
 
@@ -112,11 +115,26 @@ class MetaClawBenchmark:
         day_start = _time_option(options, "day_start", dt.time(9, 0))
         if day_start is None:
             raise InvalidArgument("option day_start cannot be None", field="options.day_start")
+        protocol = options.get("protocol")
+        if protocol is None:
+            protocol = "upstream" if Capability.SEEDED_SESSIONS in config.agent_capabilities else "continual"
+        if protocol not in _PROTOCOLS:
+            raise InvalidArgument(
+                f"option protocol={protocol!r} is not one of {', '.join(_PROTOCOLS)}", field="options.protocol"
+            )
+        if protocol == "upstream" and options.get("openings"):
+            raise InvalidArgument(
+                "protocol=upstream makes the seeded messages the session's history: openings cannot be delivered "
+                "as turns too",
+                field="options.openings",
+            )
         timeline = TimelineConfig(
             day_start=day_start,
-            consolidate_at=_time_option(options, "consolidate_at", dt.time(2, 0)),
-            openings=bool(options.get("openings", True)),
+            # Upstream has no nightly consolidation; a continual run has it by default.
+            consolidate_at=_time_option(options, "consolidate_at", dt.time(2, 0) if protocol == "continual" else None),
+            openings=protocol == "continual" and bool(options.get("openings", True)),
             standalone_feedback=bool(options.get("standalone_feedback", True)),
+            protocol=str(protocol),
         )
         seed = options.get("seed_dir")
         return MetaClawScenario(data, timeline=timeline, seed_dir=Path(seed) if seed else None)

@@ -76,6 +76,10 @@ class MetaClawDay:
     openings: tuple[OpeningMessage, ...]
     rounds: tuple[MetaClawRound, ...]
     workspace_dir: Path | None
+    agent: str = ""
+    """Upstream's OpenClaw agent id for the day (``all_tests.json``'s ``agent``)."""
+    transcript: Path | None = None
+    """The day's seeded session transcript (``openclaw_state/agents/<agent>/sessions/<session>.jsonl``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,8 @@ class MetaClawData:
     workspace_src: Path
     scripts_dir: Path | None
     days: tuple[MetaClawDay, ...]
+    harness_config: Path | None = None
+    """Upstream's OpenClaw config (``openclaw_config_file``), when the data has one."""
 
 
 def _resolve(root: Path, raw: str | None, default: str) -> Path:
@@ -216,6 +222,7 @@ def read_data(
     eval_dir = _resolve(root, all_tests.get("eval_dir"), "eval")
     workspace_src = _resolve(root, all_tests.get("workspace_src"), "workspaces/shared")
     state_dir = _resolve(root, all_tests.get("openclaw_state_dir"), "openclaw_state")
+    config = _resolve(root, all_tests.get("openclaw_config_file"), "openclaw_cfg/openclaw.json")
     if scripts_dir is None and (eval_dir / "scripts").is_dir():
         scripts_dir = eval_dir / "scripts"
 
@@ -235,9 +242,8 @@ def read_data(
         eval_name = str(test.get("eval", day))
         session = str(test.get("session", ""))
         agent = str(test.get("agent", ""))
-        start, openings = _read_session(
-            state_dir / "agents" / agent / "sessions" / f"{session}.jsonl"
-        )
+        transcript = state_dir / "agents" / agent / "sessions" / f"{session}.jsonl"
+        start, openings = _read_session(transcript)
         if start is not None:
             date, source = start.astimezone(dt.UTC).date(), "session"
         elif prev_date is not None:
@@ -290,6 +296,8 @@ def read_data(
                 openings=openings,
                 rounds=tuple(rounds),
                 workspace_dir=day_dir if day_dir.is_dir() else None,
+                agent=agent,
+                transcript=transcript if transcript.is_file() else None,
             )
         )
     return MetaClawData(
@@ -298,6 +306,7 @@ def read_data(
         workspace_src=workspace_src,
         scripts_dir=scripts_dir,
         days=tuple(days),
+        harness_config=config if config.is_file() else None,
     )
 
 

@@ -72,6 +72,13 @@ class TimelineConfig:
     """Deliver the transcript's seeded user messages before the first round."""
     standalone_feedback: bool = True
     """After the last round, send its feedback on its own (upstream does)."""
+    protocol: str = "continual"
+    """``continual``: one workspace kept across days, each day's folder added the morning
+    it starts, the transcript's seeded messages delivered as live turns (any agent).
+    ``upstream``: as upstream's ``infer_cmd.py`` runs OpenClaw: each day's seeded
+    transcript is its session's history (no model call), and each day starts from a
+    fresh workspace (persona files, that day's folder, ``scripts/``), keeping only the
+    harness's own memory files (it needs ``Capability.SEEDED_SESSIONS``)."""
 
 
 def turn_ended(snap: Snapshot, round_id: str) -> bool:
@@ -399,15 +406,20 @@ class MetaClawScenario:
 
     @property
     def requires(self) -> Mapping[Capability, str]:
-        return {Capability.WORKSPACE: "each day's files are put in the workspace and file_check rounds run there"}
+        needs = {Capability.WORKSPACE: "each day's files are put in the workspace and file_check rounds run there"}
+        if self.timeline.protocol == "upstream":
+            needs[Capability.SEEDED_SESSIONS] = "protocol=upstream makes each day's seeded transcript its history"
+        return needs
 
     def workspace_seed(self) -> Path | None:
         """Persona files (and checker scripts when present): the workspace root before day one."""
         return self._materialize() / "common"
 
     def day_workspace(self, day: str) -> Path | None:
-        """A folder to copy into the workspace before ``day`` starts (it holds ``<day>/``)."""
-        root = self._materialize() / "days" / day
+        """A folder to copy into the workspace before ``day`` starts: ``<day>/`` (continual),
+        or the whole fresh workspace of that day (upstream)."""
+        sub = "upstream" if self.timeline.protocol == "upstream" else "days"
+        root = self._materialize() / sub / day
         return root if root.is_dir() else None
 
     async def grade(self, effect: Grade, ctx: GradeContext) -> Verdict:
@@ -481,6 +493,14 @@ class MetaClawScenario:
         hint: dict[str, Any] = {"workspace_dest": self._workspace_dest}
         if seed is not None:
             hint["workspace_seed"] = str(seed)
+        if self.timeline.protocol == "upstream":
+            hint["workspace_fresh"] = True
+            hint["session_seed"] = {
+                "session_id": day.session,
+                "agent": day.agent,
+                "transcript": str(day.transcript) if day.transcript is not None else "",
+                "harness_config": str(self.data.harness_config) if self.data.harness_config else "",
+            }
         return hint
 
     def _materialize(self) -> Path:
@@ -517,5 +537,11 @@ class MetaClawScenario:
                 shutil.copytree(
                     day.workspace_dir, root / "days" / day.day / day.day, dirs_exist_ok=True
                 )
+            if self.timeline.protocol == "upstream":
+                # Upstream's _copy_workspace_for_test: persona files, scripts/, this day only.
+                fresh = root / "upstream" / day.day
+                shutil.copytree(common, fresh, dirs_exist_ok=True)
+                if day.workspace_dir is not None:
+                    shutil.copytree(day.workspace_dir, fresh / day.day, dirs_exist_ok=True)
         self._materialized = root
         return root

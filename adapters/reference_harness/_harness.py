@@ -19,6 +19,7 @@ from adapters import (
     LineChannel,
     ProxyEndpoints,
     SandboxAccess,
+    SessionSeed,
     TurnResult,
 )
 from adapters.reference_harness._adapter import CRONTAB, HarnessCronSource, ReferenceHarnessAdapter, parse_crontab
@@ -100,6 +101,10 @@ class ReferenceHarness:
     async def stop_session(self) -> None:
         if self._driver is not None:
             await self._driver.stop_session()
+
+    async def seed_session(self, seed: SessionSeed) -> None:
+        # Not declared (Capability.SEEDED_SESSIONS): a run never asks.
+        raise FailedPrecondition("the reference harness does not take recorded session histories", reason="UNSUPPORTED")
 
     async def save_state(self, dest: Path) -> None:
         await self._harness().save_state(dest)

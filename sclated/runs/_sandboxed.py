@@ -11,6 +11,7 @@ snapshots keep.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from adapters import (
     LineChannel,
     ProxyEndpoints,
     SandboxHarness,
+    SeededSessions,
+    SessionSeed,
     TurnResult,
     Workspace,
 )
@@ -115,6 +118,10 @@ class SandboxedAgent:
     def files(self) -> AgentFiles:
         return self
 
+    @property
+    def sessions(self) -> SeededSessions | None:
+        return self if Capability.SEEDED_SESSIONS in self.declaration.capabilities else None
+
     # -- around the run -----------------------------------------------------------------
     async def prepare(self, env: AgentEnvironment) -> None:
         if self._services is None:
@@ -184,6 +191,13 @@ class SandboxedAgent:
     async def stop_session(self) -> None:
         await self.harness.stop_session()
 
+    async def seed_session(self, seed: SessionSeed) -> None:
+        if Capability.SEEDED_SESSIONS not in self.declaration.capabilities:
+            raise FailedPrecondition(
+                f"harness {self.declaration.name!r} cannot take a recorded session history", reason="UNSUPPORTED"
+            )
+        await self.harness.seed_session(seed)
+
     async def save_state(self, dest: Path) -> None:
         if Capability.SESSION_STATE in self.declaration.capabilities:
             await self.harness.save_state(dest)
@@ -202,6 +216,15 @@ class SandboxedAgent:
 
     async def seed(self, src: Path, dest: str) -> None:
         await self._live().put_dir(src, dest)
+
+    async def clear(self) -> None:
+        keep = " ".join(f"! -name {shlex.quote(name)}" for name in self.declaration.workspace_memory)
+        out = await self._live().exec(
+            ["sh", "-c", f"find /workspace -mindepth 1 -maxdepth 1 {keep} -exec rm -rf {{}} +"],
+            workdir="/", timeout_s=120,
+        )
+        if out.exit_code != 0:
+            raise FailedPrecondition(f"clearing the workspace failed: {out.output[-400:]}", reason="WORKSPACE")
 
     # -- Jobs ----------------------------------------------------------------------------------
     async def run_job(self, command: str, *, holder: str, timeout_s: float) -> tuple[int, str]:

@@ -16,7 +16,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,11 +28,13 @@ from adapters import (
     JudgeReply,
     Scenario,
     ScenarioConfig,
+    SeededSessions,
+    SessionSeed,
     Verdict,
     Workspace,
 )
 from sclated.clock import ClockConfig, Jump, Lease, LeaseChange, SimClock, WallLedger
-from sclated.errors import FailedPrecondition, InvalidArgument, SclateError
+from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, SclateError
 from sclated.report import Timeline
 from sclated.runs._deliveries import Delivery, DeliveryLog
 from sclated.runs._journal_json import entry_from_json, entry_to_json
@@ -104,13 +106,33 @@ def load_scenario(registry: Registry, spec: RunSpec) -> Scenario:
             f"run.benchmark.data_dir {str(data_dir)!r} is not a directory on the daemon's host",
             field="run.benchmark.data_dir",
         )
+    try:
+        capabilities = frozenset(Capability(c) for c in registry.agent(spec.agent.harness).capabilities)
+    except NotFound:
+        capabilities = frozenset()  # the agent's own check names it
     return bench.load(
         ScenarioConfig(
             data_dir=data_dir,
             scenario=spec.benchmark.scenario or None,
             subset=spec.benchmark.subset,
             options=spec.benchmark.options,
+            agent_capabilities=capabilities,
         )
+    )
+
+
+def _session_seed(data: Mapping[str, Any]) -> SessionSeed:
+    """A start event's ``session_seed`` (JSON in the journal) as the agent takes it."""
+
+    def path(key: str) -> Path | None:
+        raw = data.get(key)
+        return Path(str(raw)) if raw else None
+
+    return SessionSeed(
+        session_id=str(data.get("session_id", "")),
+        agent=str(data.get("agent", "")),
+        transcript=path("transcript"),
+        harness_config=path("harness_config"),
     )
 
 
@@ -401,11 +423,16 @@ class RunWorker:
 
     async def _control(self, fire: FireRecord, effect: AgentControl) -> None:
         if effect.action == "start":
+            if fire.data.get("workspace_fresh"):
+                await self._needs_workspace().clear()
             seed = fire.data.get("workspace_seed")
             if seed:
                 await self._needs_workspace().seed(
                     Path(str(seed)), str(fire.data.get("workspace_dest", "/workspace"))
                 )
+            history = fire.data.get("session_seed")
+            if isinstance(history, Mapping):
+                await self._needs_seeded_sessions().seed_session(_session_seed(history))
             await self.agent.start_session(fire.event_id)
         elif effect.action == "stop":
             await self.agent.stop_session()
@@ -455,6 +482,14 @@ class RunWorker:
                     self._spawn(self._turn(fire, effect, turn))
                 elif isinstance(effect, Grade) and effect.check_id not in graded:
                     self._spawn(self._grade(effect, self._lease(f"grade:{effect.check_id}", fire, "grading")))
+
+    def _needs_seeded_sessions(self) -> SeededSessions:
+        sessions = self.agent.sessions
+        if sessions is None:
+            raise FailedPrecondition(
+                f"agent {self.agent.name!r} cannot take a recorded session history", reason="UNSUPPORTED"
+            )
+        return sessions
 
     def _needs_workspace(self) -> Workspace:
         workspace = self.agent.workspace

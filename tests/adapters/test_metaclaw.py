@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters._base import ScenarioConfig, Verdict
+from adapters._base import Capability, ScenarioConfig, Verdict
 from adapters.metaclaw import (
     MetaClawBenchmark,
     MetaClawScenario,
@@ -66,9 +66,7 @@ def test_multi_choice_score_is_one_minus_errors_over_options() -> None:
     correct = {"A", "C", "E"}
     assert multi_choice_score({"A", "C", "E"}, correct, 6) == 1.0
     assert multi_choice_score({"A", "C"}, correct, 6) == pytest.approx(1 - 1 / 6)  # one miss
-    assert multi_choice_score({"A", "B", "C", "E"}, correct, 6) == pytest.approx(
-        1 - 1 / 6
-    )  # one extra
+    assert multi_choice_score({"A", "B", "C", "E"}, correct, 6) == pytest.approx(1 - 1 / 6)  # one extra
     assert multi_choice_score({"B", "D", "F"}, correct, 6) == 0.0
     assert multi_choice_score(None, correct, 6) == 0.0  # no \bbox{} at all
     # Upstream does not clamp: letters outside the options push it below zero.
@@ -183,9 +181,7 @@ async def test_events_fire_day_by_day_with_rounds_in_order(tmp_path: Path) -> No
     assert times == sorted(times)
 
     # Graded rounds were delivered in upstream order, day by day.
-    round_prompts = [
-        p.round_id for _, p in log.prompts if p.round_id and re.match(r"day\d+/r\d+$", p.round_id)
-    ]
+    round_prompts = [p.round_id for _, p in log.prompts if p.round_id and re.match(r"day\d+/r\d+$", p.round_id)]
     assert round_prompts == [r.round_id for r in sc.rounds]
 
     # Each day: start, opening, rounds, feedback, stop -- then the nightly consolidation.
@@ -201,9 +197,7 @@ async def test_events_fire_day_by_day_with_rounds_in_order(tmp_path: Path) -> No
     # Starts at 09:00 UTC on each transcript's date; consolidation at 02:00 the night after.
     starts = {eid: ns for ns, c, eid in log.controls if c.action == "start"}
     for day in sc.days:
-        assert _utc(starts[f"metaclaw:{day.day}:start"]) == dt.datetime.combine(
-            day.date, dt.time(9, 0), tzinfo=dt.UTC
-        )
+        assert _utc(starts[f"metaclaw:{day.day}:start"]) == dt.datetime.combine(day.date, dt.time(9, 0), tzinfo=dt.UTC)
     nights = [ns for ns, c, _ in log.controls if c.action == "consolidate"]
     assert [_utc(n).time() for n in nights] == [dt.time(2, 0)] * 11
 
@@ -231,9 +225,7 @@ async def test_events_fire_day_by_day_with_rounds_in_order(tmp_path: Path) -> No
 @needs_small
 async def test_feedback_of_previous_round_is_prefixed(tmp_path: Path) -> None:
     sc = MetaClawBenchmark().load(
-        ScenarioConfig(
-            data_dir=METACLAW_SMALL, subset=("day01",), options={"seed_dir": str(tmp_path / "seed")}
-        )
+        ScenarioConfig(data_dir=METACLAW_SMALL, subset=("day01",), options={"seed_dir": str(tmp_path / "seed")})
     )
     ctx = DoubleGradeContext(tmp_path / "ws")
     ctx.workspace.mkdir()
@@ -252,9 +244,7 @@ async def test_feedback_of_previous_round_is_prefixed(tmp_path: Path) -> None:
         "Keep this in mind as you continue with the next task.\n\n" + q["r3"].question
     )
     # After r4 without a \bbox{}: the format error.
-    assert texts["day01/r5"].startswith(
-        r"[Previous Feedback] Note: your previous response did not include a \bbox{X}"
-    )
+    assert texts["day01/r5"].startswith(r"[Previous Feedback] Note: your previous response did not include a \bbox{X}")
     assert texts["day01/r5"].endswith("\n\n" + q["r5"].question)
     # r5 is the last round: its feedback is sent on its own before the day stops.
     assert texts["day01/feedback"].startswith("[Previous Feedback] ")
@@ -265,9 +255,7 @@ async def test_feedback_of_previous_round_is_prefixed(tmp_path: Path) -> None:
 @needs_small
 async def test_file_check_runs_upstream_command_in_workspace(tmp_path: Path) -> None:
     sc = MetaClawBenchmark().load(
-        ScenarioConfig(
-            data_dir=METACLAW_SMALL, subset=("day01",), options={"seed_dir": str(tmp_path / "seed")}
-        )
+        ScenarioConfig(data_dir=METACLAW_SMALL, subset=("day01",), options={"seed_dir": str(tmp_path / "seed")})
     )
     ws = tmp_path / "ws"
     (ws / "day01").mkdir(parents=True)
@@ -282,9 +270,7 @@ async def test_file_check_runs_upstream_command_in_workspace(tmp_path: Path) -> 
     spec = json.loads((METACLAW_SMALL / "workspaces/shared/day01/api_spec_stub.json").read_text())
     for param in spec["paths"]["/projects"]["get"]["parameters"]:
         param["example"] = "2026-03-01T00:00:00+08:00"
-    example = spec["paths"]["/projects"]["post"]["requestBody"]["content"]["application/json"][
-        "example"
-    ]
+    example = spec["paths"]["/projects"]["post"]["requestBody"]["content"]["application/json"]["example"]
     example["start_date"] = "2026-03-16T09:00:00+08:00"
     example["deadline"] = "2026-06-30T18:00:00+08:00"
     (ws / "day01" / "api_spec_v2.3.json").write_text(json.dumps(spec))
@@ -313,9 +299,7 @@ def test_unknown_subset_day_is_rejected() -> None:
 @needs_small
 async def test_subset_keeps_upstream_dates(tmp_path: Path) -> None:
     sc = MetaClawBenchmark().load(
-        ScenarioConfig(
-            data_dir=METACLAW_SMALL, subset=("day03", "day05"), options={"seed_dir": str(tmp_path)}
-        )
+        ScenarioConfig(data_dir=METACLAW_SMALL, subset=("day03", "day05"), options={"seed_dir": str(tmp_path)})
     )
     assert [d.date for d in sc.days] == [dt.date(2026, 3, 23), dt.date(2026, 3, 30)]
     assert len(sc.rounds) == 10
@@ -351,9 +335,7 @@ async def test_tiny_scenario_scores_a_harness_that_writes_files(tmp_path: Path) 
             (ws / "notes" / "todo.md").write_text("- buy milk\n")
         if rid == "day03/r1":
             (ws / "notes" / "status.md").write_text("all good\n")  # wrong word: fails
-        return {"day01/r2": r"\bbox{A,C}", "day02/r2": r"\bbox{A}", "day03/r2": r"\bbox{A}"}.get(
-            rid, "ok"
-        )
+        return {"day01/r2": r"\bbox{A,C}", "day02/r2": r"\bbox{A}", "day03/r2": r"\bbox{A}"}.get(rid, "ok")
 
     _, log = await drive(sc, ctx, agent)
     scores = {rid: v.score for rid, v in log.verdicts.items()}
@@ -387,3 +369,53 @@ def test_seeds_laid_out_in_a_temporary_directory_go_with_the_scenario(tmp_path: 
     del kept
     gc.collect()
     assert (given / "common" / "AGENTS.md").is_file()
+
+
+# -- upstream's protocol (an agent that takes seeded sessions: OpenClaw) ---------------------
+
+
+def test_protocol_follows_what_the_agent_declares() -> None:
+    bench = MetaClawBenchmark()
+    seeded = frozenset({Capability.SEEDED_SESSIONS, Capability.WORKSPACE})
+    assert bench.load(ScenarioConfig(scenario="tiny")).timeline.protocol == "continual"
+    up = bench.load(ScenarioConfig(scenario="tiny", agent_capabilities=seeded))
+    assert up.timeline.protocol == "upstream" and not up.timeline.openings
+    assert up.timeline.consolidate_at is None  # upstream has no nightly consolidation
+    assert Capability.SEEDED_SESSIONS in up.requires
+    # Asked for explicitly, either way.
+    forced = bench.load(ScenarioConfig(scenario="tiny", options={"protocol": "continual"}, agent_capabilities=seeded))
+    assert forced.timeline.protocol == "continual" and forced.timeline.openings
+    with pytest.raises(InvalidArgument, match="protocol"):
+        bench.load(ScenarioConfig(scenario="tiny", options={"protocol": "exact"}))
+    with pytest.raises(InvalidArgument, match="openings"):
+        bench.load(ScenarioConfig(scenario="tiny", options={"protocol": "upstream", "openings": True}))
+
+
+async def test_upstream_days_seed_their_session_and_start_from_a_fresh_workspace(tmp_path: Path) -> None:
+    sc = MetaClawBenchmark().load(
+        ScenarioConfig(scenario="tiny", options={"protocol": "upstream", "seed_dir": str(tmp_path / "seed")})
+    )
+    ctx = DoubleGradeContext(tmp_path / "ws")
+    ctx.workspace.mkdir()
+    _, log = await drive(sc, ctx, lambda p: r"\bbox{A}")
+    assert log.stopped
+    # No seeded message is delivered as a turn: it is the session's history.
+    assert not [p for _, p in log.prompts if p.round_id and "opening" in p.round_id]
+    starts = [f for f in log.fires if any(isinstance(e, AgentControl) and e.action == "start" for e in f.effects)]
+    assert [f.data["day"] for f in starts] == ["day01", "day02", "day03"]
+    assert not [
+        f for f in log.fires if any(isinstance(e, AgentControl) and e.action == "consolidate" for e in f.effects)
+    ]
+    for fire, day in zip(starts, sc.days, strict=True):
+        assert fire.data["workspace_fresh"] is True
+        seed = fire.data["session_seed"]
+        assert seed["session_id"] == day.session and seed["agent"] == "tiny_agent"
+        assert Path(seed["transcript"]).is_file() and Path(seed["transcript"]).name == f"{day.session}.jsonl"
+        assert Path(seed["harness_config"]).name == "openclaw.json"
+        # The fresh workspace of a day: the persona files and that day's folder only.
+        fresh = Path(fire.data["workspace_seed"])
+        names = sorted(p.name for p in fresh.iterdir())
+        assert day.day in names and not [n for n in names if n.startswith("day") and n != day.day]
+        assert "AGENTS.md" in names
+    # Prompts still name the day's (seeded) session.
+    assert {p.session for _, p in log.prompts} == {d.session for d in sc.days}
