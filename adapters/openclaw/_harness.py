@@ -69,6 +69,10 @@ register_image()
 
 BRIDGE = "/opt/sclate-openclaw/bridge.py"
 TICK_COMMAND = f"python3 {BRIDGE} tick"
+CONSOLIDATE_COMMAND = "openclaw memory promote --apply"
+"""OpenClaw's own consolidation step: what its agent recalled most often in
+short-term memory is appended to MEMORY.md (the "deep" phase of its nightly
+dreaming, run alone and on demand; no model call)."""
 GATEWAY_PORT = 18789
 
 DECLARATION = HarnessDeclaration(
@@ -77,7 +81,7 @@ DECLARATION = HarnessDeclaration(
     "(as MetaClaw-Bench drives it), seeded sessions imported, its cron jobs and heartbeat on simulated time",
     image=IMAGE_NAME,
     wire_apis=frozenset({"openai_chat"}),
-    capabilities=frozenset({Capability.SEEDED_SESSIONS}),
+    capabilities=frozenset({Capability.SEEDED_SESSIONS, Capability.CONSOLIDATE}),
     state_dirs=("/workspace", "/memory"),
     options=frozenset(
         {
@@ -161,7 +165,7 @@ def tick_events(schedule: Mapping[str, Any]) -> list[EventSpec]:
     due_times = sorted({int(t) for t in schedule.values() if isinstance(t, int) and not isinstance(t, bool)})
     return [
         EventSpec(
-            f"openclaw:tick:{t}",
+            f"openclaw:cron:{t}",
             At(t),
             (ExecInSandbox(TICK_COMMAND, holder="cron", timeout_s=1800.0),),
             priority=Priority.LOW,
@@ -364,9 +368,9 @@ class OpenClawHarness:
         return ()
 
     def consolidate_command(self) -> str | None:
-        # Not declared (Capability.CONSOLIDATE): OpenClaw writes its memory files during
-        # turns, and its own consolidation ("dreaming") is a nightly job, off here.
-        return None
+        # Its nightly "dreaming" job is off (it would run on wall-clock timers);
+        # a benchmark's consolidation runs OpenClaw's own promotion step instead.
+        return CONSOLIDATE_COMMAND
 
     async def job_ended(self, command: str, result: ExecOutput) -> None:
         if command != TICK_COMMAND:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import itertools
 import os
 import secrets
 import signal
@@ -43,6 +42,8 @@ _BENCH_OPTIONS: dict[str, dict[str, Any]] = {
         "session_scope": "run",
         "cron_jobs": [{"schedule": "0 13 * * *", "prompt": "Say the word tick.", "name": "bench-daily"}],
     },
+    # MetaClaw's upstream protocol (a seeded session per day), and a daily job of its own.
+    "openclaw": {"cron_jobs": [{"schedule": "0 13 * * *", "message": "Say the word tick.", "name": "bench-daily"}]},
     "reference": {"max_steps": 3},
 }
 
@@ -60,40 +61,63 @@ def _conversation(record: Mapping[str, Any]) -> list[tuple[str, str]] | None:
     return out
 
 
-def continuity_breaks(agent_calls: Sequence[Mapping[str, Any]]) -> list[str]:
+def _same(was: tuple[str, str], now: tuple[str, str]) -> bool:
+    """The same message of the history: a harness may annotate the newest message of a
+    call (OpenClaw adds a runtime line to it) and keep it plain after, or the reverse."""
+    return was[0] == now[0] and (was[1] == now[1] or was[1][:200] in now[1] or now[1][:200] in was[1])
+
+
+def continuity_breaks(agent_calls: Sequence[Mapping[str, Any]], sessions: Sequence[str] | None = None) -> list[str]:
     """Where a main call's user/assistant messages do not start with the previous
-    call's, each said in a line (empty: every later prompt extends the earlier)."""
+    call's of the same session, each said in a line (empty: every later prompt extends
+    the earlier). ``sessions`` names each call's session (all one session when None).
+    A call that ends with two user messages may lose the last in the next call: a
+    per-call note the harness does not keep (OpenClaw's internal context)."""
     convs = [_conversation(c) for c in agent_calls]
+    groups = list(sessions) if sessions is not None else [""] * len(convs)
     breaks: list[str] = []
-    for i, (before, after) in enumerate(itertools.pairwise(convs), start=1):
+    for i in range(1, len(convs)):
+        prev = max((j for j in range(i) if groups[j] == groups[i]), default=None)
+        if prev is None:
+            continue  # the first call of its session
+        before, after = convs[prev], convs[i]
         if before is None or after is None:
             breaks.append(f"call {i}: no chat messages to compare")
             continue
-        if len(after) <= len(before):
+        required = before[:-1] if len(before) >= 2 and before[-1][0] == before[-2][0] == "user" else before
+        if len(after) <= len(required):
             breaks.append(f"call {i}: {len(after)} messages after {len(before)} (the session started over or shrank)")
             continue
-        for k, (was, now) in enumerate(zip(before, after, strict=False)):
-            if was != now:
+        for k, (was, now) in enumerate(zip(required, after, strict=False)):
+            if not _same(was, now):
                 breaks.append(f"call {i}: message {k} differs: {was[0]} {was[1][:60]!r} -> {now[0]} {now[1][:60]!r}")
                 break
     return breaks
 
 
-def session_continuity(agent_calls: Sequence[Mapping[str, Any]]) -> bool:
+def session_continuity(agent_calls: Sequence[Mapping[str, Any]], sessions: Sequence[str] | None = None) -> bool:
     """True when each main call's user/assistant messages start with the previous
-    call's (a later prompt extends an earlier one). Needs two calls to tell."""
-    return len(agent_calls) >= 2 and not continuity_breaks(agent_calls)
+    call's of its session (a later prompt extends an earlier one). Needs two calls of
+    one session to tell."""
+    groups = list(sessions) if sessions is not None else [""] * len(agent_calls)
+    comparable = len(groups) - len(set(groups))
+    return comparable >= 1 and not continuity_breaks(agent_calls, sessions)
 
 
-def _first_calls(agent: Sequence[Mapping[str, Any]], turns: Sequence[tuple[int, int]]) -> list[Mapping[str, Any]]:
-    """Each turn's first main call: the harness's own retries and continuations inside
-    a turn (a truncated answer asked to go on) are not the session's history."""
+def _first_calls(
+    agent: Sequence[Mapping[str, Any]], turns: Sequence[tuple[int, int]], sessions: Sequence[str] | None
+) -> tuple[list[Mapping[str, Any]], list[str] | None]:
+    """Each turn's first main call (and its turn's session): the harness's own retries
+    and continuations inside a turn (a truncated answer asked to go on) are not the
+    session's history."""
     out: list[Mapping[str, Any]] = []
-    for start, end in turns:
+    groups: list[str] = []
+    for k, (start, end) in enumerate(turns):
         first = next((c for c in agent if start <= c["timings"]["start_ns"] <= end), None)
         if first is not None:
             out.append(first)
-    return out
+            groups.append(sessions[k] if sessions is not None else "")
+    return out, (groups if sessions is not None else None)
 
 
 def _p50(xs: Sequence[float]) -> float:
@@ -106,9 +130,11 @@ def harness_figures(
     turns: Sequence[tuple[int, int]],
     fires: Sequence[str],
     calls: Sequence[Mapping[str, Any]],
+    sessions: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The bench's JSON. ``turns``: each turn's (start, end) on the run's clock (ns);
-    ``fires``: fired event ids; ``calls``: the capture proxy's records."""
+    ``fires``: fired event ids; ``calls``: the capture proxy's records; ``sessions``:
+    each turn's session (continuity is judged within a session; None: one session)."""
     s = run.get("scheduler") or {}
     posts = [c for c in calls if c.get("method", "POST") == "POST"]
     with_ids = [
@@ -120,12 +146,10 @@ def harness_figures(
     overhead_ms: list[float] = []
     for start, end in turns:
         model_ns = sum(
-            c["timings"]["end_ns"] - c["timings"]["start_ns"]
-            for c in agent
-            if start <= c["timings"]["start_ns"] <= end
+            c["timings"]["end_ns"] - c["timings"]["start_ns"] for c in agent if start <= c["timings"]["start_ns"] <= end
         )
         overhead_ms.append((end - start - model_ns) / 1e6)
-    firsts = _first_calls(agent, turns) if turns else list(agent)
+    firsts, groups = _first_calls(agent, turns, sessions) if turns else (list(agent), None)
     without_ids = [c for c in posts if c not in with_ids]
     out: dict[str, Any] = {
         "harness": harness,
@@ -136,17 +160,14 @@ def harness_figures(
         "calls_with_token_ids": len(with_ids),
         # Why a call has no token ids (a refused or broken call), the first ten.
         "calls_without_token_ids": [
-            {
-                k: c.get(k)
-                for k in ("role", "status", "error", "finish_reason", "complete", "stream", "path")
-            }
+            {k: c.get(k) for k in ("role", "status", "error", "finish_reason", "complete", "stream", "path")}
             for c in without_ids[:10]
         ],
         "calls_by_role": dict(sorted(collections.Counter(str(c.get("role")) for c in posts).items())),
         "harness_overhead_ms_p50": _p50(overhead_ms),
         "harness_overhead_ms_max": max(overhead_ms, default=0.0),
-        "session_continuity": session_continuity(firsts),
-        "continuity_breaks": continuity_breaks(firsts)[:10],
+        "session_continuity": session_continuity(firsts, groups),
+        "continuity_breaks": continuity_breaks(firsts, groups)[:10],
         "crons_fired": sum(1 for f in fires if ":cron:" in f),
         "delivery_delay_ms_p50": float(s.get("delivery_delay_ms_p50", 0.0)),
         "delivery_delay_ms_max": float(s.get("delivery_delay_ms_max", 0.0)),
@@ -204,7 +225,8 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
                 fires: list[str] = []
                 fire_ns: dict[str, int] = {}
                 turns: list[tuple[int, int]] = []
-                deliveries: list[int] = []
+                deliveries: list[tuple[int, str]] = []
+                sessions: list[str] = []
                 last_end = 0
                 async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
                     kind = ev.WhichOneof("kind")
@@ -213,11 +235,14 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
                         fires.append(ev.fire.event_id)
                         fire_ns[ev.fire.event_id] = at
                         if {"deliver_prompt", "notify"} & set(ev.fire.effects):
-                            deliveries.append(at)
+                            # metaclaw:<day>:...: each MetaClaw day is a session of its own.
+                            deliveries.append((at, ev.fire.event_id.split(":")[1]))
                     elif kind == "turn" and ev.turn.phase == "ended" and deliveries:
                         # Turns run one at a time: one that waited behind another starts when it ended.
-                        start = max(deliveries.pop(0), last_end)
+                        delivered, day = deliveries.pop(0)
+                        start = max(delivered, last_end)
                         turns.append((start, at))
+                        sessions.append(day)
                         last_end = at
                     if not args.json and kind in ("fire", "turn"):
                         print(f"{kind}: {ev.fire.event_id if kind == 'fire' else ev.turn.round_id}", file=sys.stderr)
@@ -240,6 +265,8 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
             calls = await store.calls("local/bench-harness")
         finally:
             await store.close()
-    out = harness_figures(harness, run_dict, turns, fires, calls)
+    # Hermes keeps one conversation for the run (session_scope=run): judged as one.
+    one = options.get("session_scope") == "run"
+    out = harness_figures(harness, run_dict, turns, fires, calls, None if one else sessions)
     out["model_n_ctx"] = args.model_n_ctx
     return out

@@ -169,7 +169,7 @@ def test_environment_points_each_role_at_its_listener() -> None:
 def test_tick_events_one_per_due_time() -> None:
     t1, t2 = 100 * _S, 200 * _S
     specs = tick_events({"a": t1, "heartbeat": t1, "b": t2, "bad": "x"})
-    assert [s.id for s in specs] == [f"openclaw:tick:{t1}", f"openclaw:tick:{t2}"]
+    assert [s.id for s in specs] == [f"openclaw:cron:{t1}", f"openclaw:cron:{t2}"]
     assert isinstance(specs[0].trigger, At) and specs[0].trigger.time_ns == t1
     (effect,) = specs[0].effects
     assert isinstance(effect, ExecInSandbox) and effect.holder == "cron"

@@ -70,3 +70,32 @@ def test_slow_delivery_and_a_failed_run_miss() -> None:
     assert set(out["missed_targets"]) == {"delivery_delay_ms_p50", "delivery_delay_ms_max"}
     failed = harness_figures("h", {**RUN, "state": "FAILED"}, [], [], calls)
     assert failed["missed_targets"] == [] and not failed["meets_targets"]
+
+
+def test_continuity_is_judged_within_each_session() -> None:
+    day1a = [("user", "day one q1")]
+    day1b = [("user", "day one q1"), ("assistant", "a1"), ("user", "day one q2")]
+    day2 = [("user", "seeded day two"), ("assistant", "seeded reply"), ("user", "day two q1")]
+    calls = [call("agent", 0, 100, day1a), call("agent", 1000, 1100, day1b), call("agent", 2000, 2100, day2)]
+    turns = [(0, 500 * MS), (1000 * MS, 1500 * MS), (2000 * MS, 2500 * MS)]
+    # A new session per day (OpenClaw on MetaClaw's upstream protocol) is not a break...
+    out = harness_figures("h", RUN, turns, [], calls, ["day01", "day01", "day02"])
+    assert out["session_continuity"] is True and out["continuity_breaks"] == []
+    # ...but the same calls judged as one session are.
+    assert harness_figures("h", RUN, turns, [], calls)["session_continuity"] is False
+    # A session that starts over inside a day is a break.
+    restarted = [call("agent", 0, 100, day1a), call("agent", 1000, 1100, [("user", "day one q2")])]
+    assert not harness_figures("h", RUN, turns[:2], [], restarted, ["day01", "day01"])["session_continuity"]
+    # One turn per session tells nothing.
+    assert not harness_figures("h", RUN, turns[:2], [], calls[1:], ["day01", "day02"])["session_continuity"]
+
+
+def test_a_per_call_note_and_an_annotated_newest_message_are_not_breaks() -> None:
+    # OpenClaw: the newest user message carries a runtime line, and an internal-context
+    # note follows it; the next call keeps the message plain and drops the note.
+    first = [("user", "q1\n\nRuntime: agent=a"), ("user", "<<<CONTEXT>>>")]
+    second = [("user", "q1"), ("assistant", "a1"), ("user", "q2\n\nRuntime: agent=a"), ("user", "<<<CONTEXT>>>")]
+    assert session_continuity([call("agent", 0, 1, first), call("agent", 2, 3, second)])
+    # Dropping a real message is still a break.
+    lost = [("user", "other"), ("assistant", "a1"), ("user", "q2"), ("user", "<<<CONTEXT>>>")]
+    assert not session_continuity([call("agent", 0, 1, first), call("agent", 2, 3, lost)])

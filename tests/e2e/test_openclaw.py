@@ -79,7 +79,7 @@ async def test_metaclaw_tiny_with_openclaw_upstream_protocol(tmp_path: Path) -> 
             fires = [e.fire for e in events if e.WhichOneof("kind") == "fire"]
             # Upstream's protocol: the transcripts' messages are history, never delivered as turns.
             assert not [f.event_id for f in fires if "opening" in f.event_id]
-            ticks = [f for f in fires if f.event_id.startswith("openclaw:tick:")]
+            ticks = [f for f in fires if f.event_id.startswith("openclaw:cron:")]
             # OpenClaw's own job came due on simulated time: 13:00 on day 1 (day 2 ends before its 13:00).
             assert len(ticks) == 1, [f.event_id for f in fires]
             (tick,) = ticks
@@ -109,3 +109,67 @@ async def test_metaclaw_tiny_with_openclaw_upstream_protocol(tmp_path: Path) -> 
     # A fresh session per day, as upstream: day 2's calls do not carry day 1's transcript.
     day2 = [c for c in agent if openings["day02"][0].text in json.dumps(c["request"])]
     assert not any(openings["day01"][0].text in json.dumps(c["request"]) for c in day2)
+
+
+async def _first_turn_ended(stub: pb_grpc.SclateStub, name: str) -> None:
+    async for ev in stub.WatchRun(pb.WatchRunRequest(name=name)):
+        if ev.WhichOneof("kind") == "turn" and ev.turn.phase == "ended":
+            return
+        if ev.WhichOneof("kind") == "state":
+            assert ev.state.state in (pb.PENDING, pb.RUNNING), ev.state.reason
+    raise AssertionError("the run ended before its first turn did")
+
+
+async def _final(stub: pb_grpc.SclateStub, name: str) -> pb.Run:
+    async for _ in stub.WatchRun(pb.WatchRunRequest(name=name)):
+        pass
+    run: pb.Run = await stub.GetRun(pb.GetRunRequest(name=name))
+    return run
+
+
+async def test_longmemeval_tiny_with_openclaw_one_conversation_snapshot_and_branch(tmp_path: Path) -> None:
+    """session_scope=run: every haystack session (on its own simulated day) and the
+    question in one OpenClaw session. A snapshot after the first turn: the branch's
+    gateway starts on the restored state directory and continues that session."""
+    state = tmp_path / "state"
+    proc, ready = await start_daemon_process(state, *N_CTX)
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
+                agent=pb.AgentSpec(harness="openclaw"),
+            )
+            run.agent.options.update({**FAST, "session_scope": "run"})
+            src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="openclaw-lme"))
+            await _first_turn_ended(stub, src.name)
+            snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
+            branch = await stub.RestoreSnapshot(
+                pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="openclaw-lme-branch")
+            )
+            done_src = await _final(stub, src.name)
+            done_branch = await _final(stub, branch.name)
+            for done in (done_src, done_branch):
+                assert done.state == pb.SUCCEEDED, done.state_reason
+                assert done.results.rounds_graded == done.results.rounds >= 1
+                assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
+            src_calls = await _calls(state, "local/openclaw-lme")
+            branch_calls = await _calls(state, "local/openclaw-lme-branch")
+            # Deleting the runs removes their snapshot image (nothing left on the engine).
+            for name in (branch.name, src.name):
+                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+    for calls in (src_calls, branch_calls):
+        assert calls and all(c["prompt_token_ids"] and c["completions"][0]["token_ids"] for c in calls)
+    agent = [c for c in src_calls if c["role"] == "agent"]
+    first_text = _texts(agent[0])[-2][1].partition("] ")[2].partition("\n\nRuntime:")[0]
+    assert first_text
+    # The session continued across the simulated days: the last call still holds the first message.
+    assert any(first_text in text for role, text in _texts(agent[-1])[:-2] if role == "user")
+    kept = {c["call_id"] for c in src_calls}
+    branch_own = [c for c in branch_calls if c["role"] == "agent" and c["call_id"] not in kept]
+    assert branch_own and len(branch_own) < len(branch_calls)
+    # The branch's first call of its own continues the session the snapshot kept.
+    assert any(first_text in text for role, text in _texts(branch_own[0])[:-2] if role == "user")
