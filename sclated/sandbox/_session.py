@@ -33,7 +33,7 @@ import shlex
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,6 +193,55 @@ class _Channel:
         await self._stream.close()
 
 
+class FreezeGate:
+    """Commands in the sandbox and its freezing for a snapshot never overlap.
+
+    An exec whose process is being set up (``runc init``) while the container's
+    freezer cgroup freezes can be frozen half-way, and the engine then hangs on
+    both (seen with cgroup v1: a consolidation job started as a snapshot paused
+    the sandbox); an exec into a frozen container hangs too. So a snapshot
+    waits for the commands running now (``running`` holds, shared, for a whole
+    command: jobs last seconds to minutes), and commands wait while it freezes
+    (``frozen``, exclusive, from pause to unpause).
+    """
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self._running = 0
+        self._freezing = False
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._freezing)
+            self._running += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def frozen(self) -> AsyncIterator[None]:
+        async with self._cond:
+            # Claimed first, so commands arriving meanwhile wait instead of starving it.
+            await self._cond.wait_for(lambda: not self._freezing)
+            self._freezing = True
+            try:
+                await self._cond.wait_for(lambda: self._running == 0)
+            except BaseException:
+                self._freezing = False
+                self._cond.notify_all()
+                raise
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._freezing = False
+                self._cond.notify_all()
+
+
 class SandboxSession:
     """The sandbox of one run (see the module docstring). Open once, close once."""
 
@@ -223,6 +272,7 @@ class SandboxSession:
         self.endpoints: ProxyEndpoints = endpoints_for(config.run_id, self._secret, config.model_name)
         self.capture_report: dict[str, Any] = {}
         """How the proxy's records were handed over at close (calls_lost, recovered, drain)."""
+        self._gate = FreezeGate()
 
     # -- opening ----------------------------------------------------------------------------
     @property
@@ -394,13 +444,15 @@ class SandboxSession:
         timeout_s: float = 120.0,
         workdir: str | None = None,
     ) -> ExecOutput:
-        res = await self._require().exec(list(argv), env=env, workdir=workdir, timeout_s=timeout_s)
+        async with self._gate.running():
+            res = await self._require().exec(list(argv), env=env, workdir=workdir, timeout_s=timeout_s)
         return ExecOutput(res.exit_code, (res.stdout + res.stderr)[-8000:].decode(errors="replace"))
 
     async def open_channel(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LineChannel:
         sandbox, runtime = self._require(), self._runtime
         assert runtime is not None
-        return _Channel(await runtime.exec_stream(sandbox.id, list(argv), env=env))
+        async with self._gate.running():
+            return _Channel(await runtime.exec_stream(sandbox.id, list(argv), env=env))
 
     async def put_dir(self, src: Path, dest: str) -> None:
         """Copy a host directory's contents into the sandbox at ``dest`` (a day's files)."""
@@ -409,15 +461,17 @@ class SandboxSession:
         with tempfile.TemporaryDirectory(prefix="sclate-seed-") as tmp:
             tar_path = Path(tmp) / "seed.tar"
             await asyncio.to_thread(_tar_dir, src, tar_path)
-            await sandbox.sh(f"mkdir -p {shlex.quote(dest)}", timeout_s=30)
-            await runtime.put_archive(sandbox.id, dest, tar_path)
+            async with self._gate.running():
+                await sandbox.sh(f"mkdir -p {shlex.quote(dest)}", timeout_s=30)
+                await runtime.put_archive(sandbox.id, dest, tar_path)
 
     # -- snapshots ---------------------------------------------------------------------------
     async def snapshot(self, dest: Path, *, on_paused: Callable[[], Awaitable[None]] | None = None) -> SnapshotInfo:
         """Freeze the container, commit it and archive its state directories into ``dest``."""
         sandbox, runtime = self._require(), self._runtime
         assert runtime is not None
-        return await snapshot(runtime, sandbox.info, dest, state_dirs=self.config.state_dirs, on_paused=on_paused)
+        async with self._gate.frozen():
+            return await snapshot(runtime, sandbox.info, dest, state_dirs=self.config.state_dirs, on_paused=on_paused)
 
     @staticmethod
     async def check_restorable(runtime: Runtime, snapshot_dir: Path) -> None:
