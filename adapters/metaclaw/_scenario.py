@@ -250,7 +250,7 @@ class MetaClawSource:
             text = rnd.question
             if prev_round is None:
                 if prev_turn is None:
-                    cond = When(_started(start_id), f"{start_id} fired")
+                    cond = When(_session_ready(start_id), f"{start_id} fired and the agent's session started")
                 else:
                     cond = When(_ended(prev_turn), f"turn {prev_turn} ended")
             else:
@@ -332,6 +332,20 @@ def _ended_and_graded(round_id: str) -> Callable[[Snapshot], bool]:
 
 def _started(event_id: str) -> Callable[[Snapshot], bool]:
     return lambda snap: snap.fired_at(event_id) is not None
+
+
+def _session_ready(start_id: str) -> Callable[[Snapshot], bool]:
+    """The day's start fired and the agent said its session is ready (the run records
+    ``session_started`` once a start control is done: a seeded session can take the
+    harness tens of seconds, and a prompt fired before would wait for it)."""
+
+    def ready(snap: Snapshot) -> bool:
+        return snap.fired_at(start_id) is not None and any(
+            a.kind == "session_started" and a.actor == "agent" and a.data.get("event_id") == start_id
+            for a in snap.actions
+        )
+
+    return ready
 
 
 def _grade_spec(rnd: MetaClawRound) -> dict[str, Any]:

@@ -434,6 +434,9 @@ class RunWorker:
             if isinstance(history, Mapping):
                 await self._needs_seeded_sessions().seed_session(_session_seed(history))
             await self.agent.start_session(fire.event_id)
+            assert self.loop is not None
+            # What a benchmark waits on before its first prompt of the session.
+            self.loop.apply_action("agent", "session_started", {"event_id": fire.event_id})
         elif effect.action == "stop":
             await self.agent.stop_session()
         elif effect.action == "consolidate":

@@ -111,6 +111,9 @@ async def drive(
                 sched.apply_grade(effect.check_id, verdict)
             elif isinstance(effect, AgentControl):
                 log.controls.append((rec.fired_ns, effect, rec.event_id))
+                if effect.action == "start":
+                    # As the run does once the agent's session is ready.
+                    sched.apply_action("agent", "session_started", {"event_id": rec.event_id})
             elif isinstance(effect, StopRun):
                 log.stopped = True
     return sched, log

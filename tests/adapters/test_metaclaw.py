@@ -419,3 +419,19 @@ async def test_upstream_days_seed_their_session_and_start_from_a_fresh_workspace
         assert "AGENTS.md" in names
     # Prompts still name the day's (seeded) session.
     assert {p.session for _, p in log.prompts} == {d.session for d in sc.days}
+
+
+def test_the_first_round_waits_for_the_agents_session_to_be_ready() -> None:
+    """A seeded session takes a harness tens of seconds to set up: the day's first
+    prompt fires once the run records ``session_started``, not when the start fires."""
+    from sclated.scheduler import Scheduler
+
+    sc = MetaClawBenchmark().load(ScenarioConfig(scenario="tiny", subset=("day01",), options={"protocol": "upstream"}))
+    sched = Scheduler(start_ns=sc.start_ns, sources=sc.sources())
+    start = sched.pop_due(sc.start_ns)
+    assert start is not None and start.event_id == "metaclaw:day01:start"
+    sched.advance(sc.start_ns + 30 * _NS)
+    assert sched.pop_due(sched.now_ns) is None  # started, session not ready: nothing to deliver
+    sched.apply_action("agent", "session_started", {"event_id": "metaclaw:day01:start"})
+    first = sched.pop_due(sched.now_ns)
+    assert first is not None and first.event_id == "metaclaw:day01:r1:prompt"
