@@ -47,6 +47,7 @@ from adapters import (
     SessionSeed,
     TurnResult,
 )
+from adapters._bridge_replies import last_json, number_option
 from adapters.hermes.image import HERMES_VERSION, IMAGE_NAME, register_image
 from sclated.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sclated.scheduler import At, DeliverPrompt, EventSource, EventSpec, ExecInSandbox, Priority
@@ -76,20 +77,13 @@ DECLARATION = HarnessDeclaration(
 _SCOPES = ("scenario", "run")
 
 
-def _number(options: Mapping[str, Any], key: str, default: float, lo: float, hi: float) -> float:
-    value = options.get(key, default)
-    if not isinstance(value, int | float) or isinstance(value, bool) or not lo <= value <= hi:
-        raise InvalidArgument(f"{key} must be a number in [{lo:g}, {hi:g}]", field=f"run.agent.options.{key}")
-    return float(value)
-
-
 def _names(options: Mapping[str, Any], key: str, default: list[str]) -> list[str]:
     value = options.get(key, default)
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.isidentifier() for v in value):
         raise InvalidArgument(
-            f"{key} must be a non-empty list of Hermes toolset names (like [\"memory\", \"todo\"])",
+            f'{key} must be a non-empty list of Hermes toolset names (like ["memory", "todo"])',
             field=f"run.agent.options.{key}",
         )
     return list(value)
@@ -144,26 +138,13 @@ def cron_events(schedule: Mapping[str, Any]) -> list[EventSpec]:
     ]
 
 
-def _last_json(output: str) -> dict[str, Any] | None:
-    for line in reversed(output.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return None
-
-
 class HermesHarness:
     """Drives ``bridge.py serve`` (see bridge.py for its JSON-lines protocol)."""
 
     declaration = DECLARATION
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        self._turn_timeout_s = _number(options, "turn_timeout_s", 1800, 1, 86_400)
+        self._turn_timeout_s = number_option(options, "turn_timeout_s", 1800, 1, 86_400)
         scope = options.get("session_scope", "scenario")
         if scope not in _SCOPES:
             raise InvalidArgument(
@@ -171,8 +152,8 @@ class HermesHarness:
             )
         self._scope = str(scope)
         self._settings = {
-            "max_tokens": int(_number(options, "max_tokens", 256, 1, 32_768)),
-            "max_turns": int(_number(options, "max_turns", 8, 1, 90)),
+            "max_tokens": int(number_option(options, "max_tokens", 256, 1, 32_768)),
+            "max_turns": int(number_option(options, "max_turns", 8, 1, 90)),
             "turn_timeout_s": self._turn_timeout_s,
             "toolsets": _names(options, "toolsets", ["memory"]),
             "cron_toolsets": _names(options, "cron_toolsets", ["todo"]),
@@ -201,7 +182,7 @@ class HermesHarness:
     async def start(self, sandbox: SandboxAccess) -> None:
         self._sandbox = sandbox
         out = await sandbox.exec(["python3", BRIDGE, "setup"], timeout_s=600)
-        report = _last_json(out.output)
+        report = last_json(out.output)
         if out.exit_code != 0 or report is None or report.get("errors"):
             why = "; ".join(report.get("errors", [])) if report else out.output[-800:]
             raise FailedPrecondition(f"Hermes setup in the sandbox failed: {why}", reason="HARNESS_SETUP")
@@ -316,6 +297,6 @@ class HermesHarness:
     async def job_ended(self, command: str, result: ExecOutput) -> None:
         if command != TICK_COMMAND:
             return
-        report = _last_json(result.output)
+        report = last_json(result.output)
         if report is not None:
             self._schedule(report.get("schedule"))

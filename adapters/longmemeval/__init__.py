@@ -85,17 +85,14 @@ class LongMemEvalBenchmark:
             path = _SCENARIOS_DIR / f"{config.scenario}.json"
         else:
             raise NotFound(
-                f"no LongMemEval scenario {config.scenario!r}: "
-                f"give data_dir or one of {', '.join(BUILTIN_SCENARIOS)}"
+                f"no LongMemEval scenario {config.scenario!r}: give data_dir or one of {', '.join(BUILTIN_SCENARIOS)}"
             )
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise NotFound(f"LongMemEval data file {path} does not exist") from None
         except json.JSONDecodeError as exc:
-            raise InvalidArgument(
-                f"LongMemEval data file {path} is not valid JSON: {exc}"
-            ) from None
+            raise InvalidArgument(f"LongMemEval data file {path} is not valid JSON: {exc}") from None
         if not isinstance(raw, list):
             raise InvalidArgument(f"LongMemEval data file {path} is not a JSON list of items")
         return raw
@@ -106,16 +103,10 @@ class LongMemEvalBenchmark:
     def load(self, config: ScenarioConfig) -> LongMemEvalScenario:
         raw = self._raw_items(config)
         ids = [str(item.get("question_id")) for item in raw]
-        chosen = [
-            item
-            for item in raw
-            if not config.subset or str(item.get("question_id")) in config.subset
-        ]
+        chosen = [item for item in raw if not config.subset or str(item.get("question_id")) in config.subset]
         unknown = [q for q in config.subset if q not in ids]
         if unknown:
-            raise InvalidArgument(
-                f"LongMemEval subset names unknown question ids {unknown}", field="subset"
-            )
+            raise InvalidArgument(f"LongMemEval subset names unknown question ids {unknown}", field="subset")
         if len(chosen) != 1:
             shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
             raise InvalidArgument(

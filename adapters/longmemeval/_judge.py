@@ -66,9 +66,7 @@ _ABSTENTION = (
 )
 
 
-def anscheck_prompt(
-    task: str, question: str, answer: object, response: str, abstention: bool = False
-) -> str:
+def anscheck_prompt(task: str, question: str, answer: object, response: str, abstention: bool = False) -> str:
     """The judge prompt for one answer, exactly as upstream builds it."""
     if abstention:
         return _ABSTENTION.format(question, answer, response)
@@ -81,9 +79,7 @@ def anscheck_prompt(
     if task == "single-session-preference":
         return _PREFERENCE.format(question, answer, response)
     # Upstream raises NotImplementedError here; in sclate it is the data that is wrong.
-    raise InvalidArgument(
-        f"LongMemEval has no judge prompt for question type {task!r}", field="question_type"
-    )
+    raise InvalidArgument(f"LongMemEval has no judge prompt for question type {task!r}", field="question_type")
 
 
 def judge_label(judge_reply: str) -> bool:

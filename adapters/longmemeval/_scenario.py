@@ -109,9 +109,7 @@ class LongMemEvalItem:
         return "_abs" in self.question_id
 
     @classmethod
-    def from_upstream(
-        cls, raw: Mapping[str, Any], *, assistant_turns: AssistantTurns = "drop"
-    ) -> LongMemEvalItem:
+    def from_upstream(cls, raw: Mapping[str, Any], *, assistant_turns: AssistantTurns = "drop") -> LongMemEvalItem:
         missing = [
             k
             for k in (
@@ -127,9 +125,7 @@ class LongMemEvalItem:
             if k not in raw
         ]
         if missing:
-            raise InvalidArgument(
-                f"LongMemEval item {raw.get('question_id')!r} lacks fields {missing}"
-            )
+            raise InvalidArgument(f"LongMemEval item {raw.get('question_id')!r} lacks fields {missing}")
         ids, dates, bodies = (
             raw["haystack_session_ids"],
             raw["haystack_dates"],
@@ -137,8 +133,7 @@ class LongMemEvalItem:
         )
         if not len(ids) == len(dates) == len(bodies):
             raise InvalidArgument(
-                f"LongMemEval item {raw['question_id']!r}: "
-                "haystack ids, dates and sessions differ in length"
+                f"LongMemEval item {raw['question_id']!r}: haystack ids, dates and sessions differ in length"
             )
         sessions: list[HaystackSession] = []
         for index, (sid, date, body) in enumerate(zip(ids, dates, bodies, strict=True)):
@@ -190,11 +185,7 @@ def _turns(body: Sequence[Mapping[str, Any]], assistant_turns: AssistantTurns) -
 
 def _turn_ended(snap: Snapshot, round_id: str) -> bool:
     for action in reversed(snap.actions):
-        if (
-            action.kind == "turn_end"
-            and action.actor == "agent"
-            and action.data.get("round_id") == round_id
-        ):
+        if action.kind == "turn_end" and action.actor == "agent" and action.data.get("round_id") == round_id:
             return True
     return False
 
@@ -208,9 +199,7 @@ def _graded(check_id: str) -> Callable[[Snapshot], bool]:
 
 
 class LongMemEvalSource:
-    def __init__(
-        self, item: LongMemEvalItem, *, consolidate_at: dt.time | None = dt.time(2, 0)
-    ) -> None:
+    def __init__(self, item: LongMemEvalItem, *, consolidate_at: dt.time | None = dt.time(2, 0)) -> None:
         self._item = item
         self._consolidate_at = consolidate_at
         self._name = f"longmemeval:{item.question_id}"
@@ -260,9 +249,7 @@ class LongMemEvalSource:
             for j, text in enumerate(sess.turns):
                 rid = f"{item.question_id}/{tag}/t{j}"
                 trigger: After | When = (
-                    After((start_id,))
-                    if prev_round is None
-                    else When(_ended(prev_round), f"turn {prev_round} ended")
+                    After((start_id,)) if prev_round is None else When(_ended(prev_round), f"turn {prev_round} ended")
                 )
                 self._emit(
                     out,
@@ -303,9 +290,7 @@ class LongMemEvalSource:
     ) -> None:
         if self._consolidate_at is None or after.date() == before.date():
             return
-        night = dt.datetime.combine(
-            after.date() + dt.timedelta(days=1), self._consolidate_at, tzinfo=dt.UTC
-        )
+        night = dt.datetime.combine(after.date() + dt.timedelta(days=1), self._consolidate_at, tzinfo=dt.UTC)
         if night >= before:
             return
         self._emit(
@@ -372,9 +357,7 @@ class LongMemEvalSource:
 class LongMemEvalScenario:
     """One LongMemEval item (implements :class:`adapters.Scenario`)."""
 
-    def __init__(
-        self, item: LongMemEvalItem, *, consolidate_at: dt.time | None = dt.time(2, 0)
-    ) -> None:
+    def __init__(self, item: LongMemEvalItem, *, consolidate_at: dt.time | None = dt.time(2, 0)) -> None:
         self.item = item
         self._consolidate_at = consolidate_at
         self._source: LongMemEvalSource | None = None
@@ -414,9 +397,7 @@ class LongMemEvalScenario:
         reply = ctx.reply_for(item.question_id)
         if reply is None:
             return Verdict(item.question_id, 0.0, True, reason="the agent gave no answer")
-        prompt = anscheck_prompt(
-            item.question_type, item.question, item.answer, reply, item.abstention
-        )
+        prompt = anscheck_prompt(item.question_type, item.question, item.answer, reply, item.abstention)
         judged = await ctx.judge(prompt)
         label = judge_label(judged.text)
         return Verdict(

@@ -75,9 +75,7 @@ def _time_option(options: dict[str, Any], key: str, default: dt.time | None) -> 
     try:
         return dt.time.fromisoformat(str(raw))
     except ValueError:
-        raise InvalidArgument(
-            f"option {key}={raw!r} is not a time like '09:00'", field=f"options.{key}"
-        ) from None
+        raise InvalidArgument(f"option {key}={raw!r} is not a time like '09:00'", field=f"options.{key}") from None
 
 
 class MetaClawBenchmark:
@@ -106,8 +104,7 @@ class MetaClawBenchmark:
             root = _SCENARIOS_DIR / str(config.scenario)
         else:
             raise NotFound(
-                f"no MetaClaw scenario {config.scenario!r}: "
-                f"give data_dir or one of {', '.join(BUILTIN_SCENARIOS)}"
+                f"no MetaClaw scenario {config.scenario!r}: give data_dir or one of {', '.join(BUILTIN_SCENARIOS)}"
             )
         options = dict(config.options)
         scripts = options.get("scripts_dir")

@@ -33,9 +33,7 @@ _DAY_DIR = re.compile(r"^day\d+$")
 # into the workspace as scripts/ before checking.
 _SCRIPT = re.compile(r"(?<![\w./-])scripts/([\w.-]+\.py)\b")
 # File names in questions and commands: `day08/prod_config.py`, `log_handler.py`.
-_FILE = re.compile(
-    r"(?<![\w/.-])((?:day\d+/)?[\w-]+(?:\.[\w-]+)*\.(?:py|json|md|txt|ya?ml|csv|log|sh|toml|ini|cfg))\b"
-)
+_FILE = re.compile(r"(?<![\w/.-])((?:day\d+/)?[\w-]+(?:\.[\w-]+)*\.(?:py|json|md|txt|ya?ml|csv|log|sh|toml|ini|cfg))\b")
 _BACKUP = re.compile(r"check_backup\.py\s+(\S+)")
 
 
@@ -211,9 +209,7 @@ def _missing_inputs(
     return problems
 
 
-def read_data(
-    root: Path, *, scripts_dir: Path | None = None, subset: Sequence[str] = ()
-) -> MetaClawData:
+def read_data(root: Path, *, scripts_dir: Path | None = None, subset: Sequence[str] = ()) -> MetaClawData:
     root = root.resolve()
     all_tests_path = root / "all_tests.json"
     all_tests = _load_json(all_tests_path)
@@ -255,9 +251,7 @@ def read_data(
                 "so the first simulated date is unknown"
             )
         if prev_date is not None and date <= prev_date:
-            raise InvalidArgument(
-                f"MetaClaw data: day {day} ({date}) does not come after {prev_date}"
-            )
+            raise InvalidArgument(f"MetaClaw data: day {day} ({date}) does not come after {prev_date}")
         prev_date = date
         if subset and day not in subset:
             continue
@@ -268,9 +262,7 @@ def read_data(
             for rec in group.get("rounds", []):
                 kind = str(rec.get("type", "multi_choice"))
                 eval_spec: Mapping[str, Any] = rec.get("eval", {}) or {}
-                problems = _missing_inputs(
-                    kind, str(rec["question"]), eval_spec, day, workspace_src, scripts_dir
-                )
+                problems = _missing_inputs(kind, str(rec["question"]), eval_spec, day, workspace_src, scripts_dir)
                 rounds.append(
                     MetaClawRound(
                         round_id=f"{day}/{rec['id']}",

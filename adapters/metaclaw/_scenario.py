@@ -84,11 +84,7 @@ class TimelineConfig:
 def turn_ended(snap: Snapshot, round_id: str) -> bool:
     """Whether the run recorded the end of the agent's turn for ``round_id``."""
     for action in reversed(snap.actions):
-        if (
-            action.kind == "turn_end"
-            and action.actor == "agent"
-            and action.data.get("round_id") == round_id
-        ):
+        if action.kind == "turn_end" and action.actor == "agent" and action.data.get("round_id") == round_id:
             return True
     return False
 
@@ -298,19 +294,13 @@ class MetaClawSource:
                             _ended_and_graded(prev_round.round_id),
                             f"turn {prev_round.round_id} graded",
                         ),
-                        (
-                            DeliverPrompt(
-                                standalone_feedback(fb), session=day.session, round_id=rid
-                            ),
-                        ),
+                        (DeliverPrompt(standalone_feedback(fb), session=day.session, round_id=rid),),
                         data={"day": day.day, "phase": "feedback"},
                     ),
                 )
                 stop_cond = When(_ended(rid), f"turn {rid} ended")
             else:
-                stop_cond = When(
-                    _ended_and_graded(prev_round.round_id), f"turn {prev_round.round_id} graded"
-                )
+                stop_cond = When(_ended_and_graded(prev_round.round_id), f"turn {prev_round.round_id} graded")
         self._emit(
             out,
             EventSpec(
@@ -398,9 +388,7 @@ class MetaClawScenario:
     @property
     def rounds(self) -> Sequence[RoundInfo]:
         return [
-            RoundInfo(
-                r.round_id, r.day, r.kind, gradable=r.gradable, why_ungradable=r.why_ungradable
-            )
+            RoundInfo(r.round_id, r.day, r.kind, gradable=r.gradable, why_ungradable=r.why_ungradable)
             for d in self.data.days
             for r in d.rounds
         ]
@@ -459,11 +447,7 @@ class MetaClawScenario:
         if passed and expect_stdout is not None:
             # Upstream's optional stdout check; the context returns combined output.
             pattern = str(expect_stdout)
-            passed = (
-                bool(re.search(pattern, output))
-                if rnd.eval.get("expect_stdout_regex")
-                else pattern in output
-            )
+            passed = bool(re.search(pattern, output)) if rnd.eval.get("expect_stdout_regex") else pattern in output
         return Verdict(
             rnd.round_id,
             1.0 if passed else 0.0,
@@ -482,9 +466,7 @@ class MetaClawScenario:
         n_options = len(rnd.eval.get("options", {}) or {})
         selected = extract_bbox(reply)
         score = multi_choice_score(selected, correct, n_options)
-        reason = (
-            "no \\bbox{} answer" if selected is None else f"selected {','.join(sorted(selected))}"
-        )
+        reason = "no \\bbox{} answer" if selected is None else f"selected {','.join(sorted(selected))}"
         return Verdict(
             rnd.round_id,
             score,
@@ -548,9 +530,7 @@ class MetaClawScenario:
             shutil.copytree(self.data.scripts_dir, common / "scripts", dirs_exist_ok=True)
         for day in self.data.days:
             if day.workspace_dir is not None:
-                shutil.copytree(
-                    day.workspace_dir, root / "days" / day.day / day.day, dirs_exist_ok=True
-                )
+                shutil.copytree(day.workspace_dir, root / "days" / day.day / day.day, dirs_exist_ok=True)
             if self.timeline.protocol == "upstream":
                 # Upstream's _copy_workspace_for_test: persona files, scripts/, this day only.
                 fresh = root / "upstream" / day.day

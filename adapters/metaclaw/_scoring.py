@@ -65,9 +65,7 @@ def normalize_answer(answer: Any) -> frozenset[str]:
     return frozenset()
 
 
-def multi_choice_score(
-    selected: Iterable[str] | None, correct: Iterable[str], n_options: int
-) -> float:
+def multi_choice_score(selected: Iterable[str] | None, correct: Iterable[str], n_options: int) -> float:
     """``1 - (false positives + false negatives) / number of options``.
 
     Upstream does not clamp: letters outside the options can push the score
@@ -83,9 +81,7 @@ def multi_choice_score(
     return 1 - (fp + fn) / n_options
 
 
-def multi_choice_metrics(
-    selected: Iterable[str] | None, correct: Iterable[str]
-) -> dict[str, float]:
+def multi_choice_metrics(selected: Iterable[str] | None, correct: Iterable[str]) -> dict[str, float]:
     """Upstream's auxiliary metrics (iou, precision, recall, f1, exact_match)."""
     truth = set(correct)
     if selected is None or not truth:

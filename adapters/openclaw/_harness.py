@@ -59,6 +59,7 @@ from adapters import (
     SessionSeed,
     TurnResult,
 )
+from adapters._bridge_replies import last_json, number_option
 from adapters.openclaw.image import IMAGE_NAME, OPENCLAW_VERSION, register_image
 from sclated.errors import FailedPrecondition, InvalidArgument, Unavailable
 from sclated.scheduler import At, DeliverPrompt, EventSource, EventSpec, ExecInSandbox, Priority
@@ -103,13 +104,6 @@ DECLARATION = HarnessDeclaration(
 _SCOPES = ("scenario", "run")
 _PROFILES = ("minimal", "coding", "messaging", "full")
 _THINKING = ("off", "minimal", "low", "medium", "high")
-
-
-def _number(options: Mapping[str, Any], key: str, default: float, lo: float, hi: float) -> float:
-    value = options.get(key, default)
-    if not isinstance(value, int | float) or isinstance(value, bool) or not lo <= value <= hi:
-        raise InvalidArgument(f"{key} must be a number in [{lo:g}, {hi:g}]", field=f"run.agent.options.{key}")
-    return float(value)
 
 
 def _choice(options: Mapping[str, Any], key: str, allowed: Sequence[str], default: str | None) -> str | None:
@@ -175,19 +169,6 @@ def tick_events(schedule: Mapping[str, Any]) -> list[EventSpec]:
     ]
 
 
-def _last_json(output: str) -> dict[str, Any] | None:
-    for line in reversed(output.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return None
-
-
 def _read_seed(seed: SessionSeed) -> tuple[str, dict[str, Any] | None]:
     transcript = seed.transcript.read_text(encoding="utf-8") if seed.transcript is not None else ""
     config: dict[str, Any] | None = None
@@ -206,11 +187,11 @@ class OpenClawHarness:
     declaration = DECLARATION
 
     def __init__(self, options: Mapping[str, Any]) -> None:
-        self._turn_timeout_s = _number(options, "turn_timeout_s", 1800, 1, 86_400)
+        self._turn_timeout_s = number_option(options, "turn_timeout_s", 1800, 1, 86_400)
         self._scope = str(_choice(options, "session_scope", _SCOPES, "scenario"))
         self._settings: dict[str, Any] = {
-            "max_tokens": int(_number(options, "max_tokens", 256, 1, 32_768)),
-            "context_window": int(_number(options, "context_window", 65536, 1024, 1_048_576)),
+            "max_tokens": int(number_option(options, "max_tokens", 256, 1, 32_768)),
+            "context_window": int(number_option(options, "context_window", 65536, 1024, 1_048_576)),
             "turn_timeout_s": self._turn_timeout_s,
             "tools_profile": "coding",
             "tools_profile_override": _choice(options, "tools_profile", _PROFILES, None),
@@ -241,7 +222,7 @@ class OpenClawHarness:
     async def start(self, sandbox: SandboxAccess) -> None:
         self._sandbox = sandbox
         out = await sandbox.exec(["python3", BRIDGE, "setup"], timeout_s=600)
-        report = _last_json(out.output)
+        report = last_json(out.output)
         if out.exit_code != 0 or report is None or report.get("errors"):
             why = "; ".join(report.get("errors", [])) if report else out.output[-800:]
             raise FailedPrecondition(f"OpenClaw setup in the sandbox failed: {why}", reason="HARNESS_SETUP")
@@ -375,6 +356,6 @@ class OpenClawHarness:
     async def job_ended(self, command: str, result: ExecOutput) -> None:
         if command != TICK_COMMAND:
             return
-        report = _last_json(result.output)
+        report = last_json(result.output)
         if report is not None:
             self._schedule(report.get("schedule"))

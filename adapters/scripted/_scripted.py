@@ -28,11 +28,7 @@ class ScriptedAgent(InProcessAgent):
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         opts = dict(options or {})
         turn_ms = opts.get("turn_ms", 5)
-        if (
-            not isinstance(turn_ms, int | float)
-            or isinstance(turn_ms, bool)
-            or not 0 <= turn_ms <= 600_000
-        ):
+        if not isinstance(turn_ms, int | float) or isinstance(turn_ms, bool) or not 0 <= turn_ms <= 600_000:
             raise InvalidArgument(
                 f"scripted option 'turn_ms' must be a number in [0, 600000], got {turn_ms!r}",
                 field="run.agent.options.turn_ms",
@@ -78,17 +74,13 @@ class ScriptedAgent(InProcessAgent):
             raise FailedPrecondition(f"scripted agent told to fail on round {self._fail_on!r}")
         if self._turn_s:
             await asyncio.sleep(self._turn_s * self._spread(prompt.text))
-        return TurnResult(
-            reply=f"done: {prompt.text[:80]}", started_ns=0, ended_ns=0, received_wall_ns=received
-        )
+        return TurnResult(reply=f"done: {prompt.text[:80]}", started_ns=0, ended_ns=0, received_wall_ns=received)
 
     def _spread(self, text: str) -> float:
         """A deterministic factor in [1 - jitter, 1 + jitter], so turns vary like real ones do."""
         if not self._jitter:
             return 1.0
-        h = int.from_bytes(
-            hashlib.blake2b(f"{id(self)}:{text}".encode(), digest_size=4).digest(), "big"
-        )
+        h = int.from_bytes(hashlib.blake2b(f"{id(self)}:{text}".encode(), digest_size=4).digest(), "big")
         return 1.0 + self._jitter * (2 * h / 0xFFFFFFFF - 1)
 
     async def save_state(self, dest: Path) -> None:

@@ -115,9 +115,7 @@ class _DaySource:
                 (MutateWorld({"day_done": d}),),
                 data={"day": d},
             )
-            yield EventSpec(
-                f"d{d}.grade", After((f"d{d}.done",)), (Grade(f"d{d}"),), data={"day": d}
-            )
+            yield EventSpec(f"d{d}.grade", After((f"d{d}.done",)), (Grade(f"d{d}"),), data={"day": d})
             yield EventSpec(
                 f"d{d}.stop",
                 After((f"d{d}.grade",), 60 * _S),
@@ -187,9 +185,7 @@ class SyntheticBenchmark:
 
     def load(self, config: ScenarioConfig) -> SyntheticScenario:
         if config.data_dir is not None:
-            raise InvalidArgument(
-                "the synthetic benchmark takes no data_dir", field="run.benchmark.data_dir"
-            )
+            raise InvalidArgument("the synthetic benchmark takes no data_dir", field="run.benchmark.data_dir")
         o = config.options
         return SyntheticScenario(
             _Options(
