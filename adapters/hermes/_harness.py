@@ -30,9 +30,7 @@ prompt (~2,300 tokens) fits a small embedded model's context.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,15 +39,15 @@ from adapters import (
     Capability,
     ExecOutput,
     HarnessDeclaration,
-    LineChannel,
     ProxyEndpoints,
     SandboxAccess,
     SessionSeed,
     TurnResult,
 )
+from adapters._bridge import BridgeDriver, turn_result
 from adapters._bridge_replies import last_json, number_option
 from adapters.hermes.image import HERMES_VERSION, IMAGE_NAME, register_image
-from sclated.errors import FailedPrecondition, InvalidArgument, Unavailable
+from sclated.errors import FailedPrecondition, InvalidArgument
 from sclated.scheduler import At, DeliverPrompt, EventSource, EventSpec, ExecInSandbox, Priority
 
 __all__ = ["BRIDGE", "DECLARATION", "HOME", "HermesHarness", "cron_events"]
@@ -162,8 +160,7 @@ class HermesHarness:
             "api_max_retries": 1,
         }
         self._sandbox: SandboxAccess | None = None
-        self._channel: LineChannel | None = None
-        self._lock = asyncio.Lock()
+        self._bridge = BridgeDriver("Hermes", BRIDGE)
         self._session = "default"
 
     # -- environment and lifetime ----------------------------------------------------------
@@ -181,61 +178,25 @@ class HermesHarness:
 
     async def start(self, sandbox: SandboxAccess) -> None:
         self._sandbox = sandbox
-        out = await sandbox.exec(["python3", BRIDGE, "setup"], timeout_s=600)
-        report = last_json(out.output)
-        if out.exit_code != 0 or report is None or report.get("errors"):
-            why = "; ".join(report.get("errors", [])) if report else out.output[-800:]
-            raise FailedPrecondition(f"Hermes setup in the sandbox failed: {why}", reason="HARNESS_SETUP")
+        report = await self._bridge.setup(sandbox)
         self._schedule(report.get("schedule"))
-        self._channel = await sandbox.open_channel(["python3", BRIDGE, "serve"])
+        await self._bridge.open(sandbox)
 
     async def stop(self) -> None:
-        channel, self._channel, self._sandbox = self._channel, None, None
-        if channel is not None:
-            await channel.close()
-
-    def _live(self) -> LineChannel:
-        if self._channel is None:
-            raise FailedPrecondition("the Hermes harness is not started", reason="NOT_STARTED")
-        return self._channel
+        self._sandbox = None
+        await self._bridge.close()
 
     def _schedule(self, schedule: object) -> None:
         if self._sandbox is not None and isinstance(schedule, dict) and schedule:
             self._sandbox.schedule(cron_events(schedule))
 
     # -- the protocol -----------------------------------------------------------------------
-    async def _read_until(self, want: str, received: dict[str, Any] | None = None) -> dict[str, Any]:
-        channel = self._live()
-        while True:
-            line = await channel.readline()
-            if not line:
-                raise Unavailable(f"the Hermes bridge closed its output while sclate waited for {want!r}")
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # not the protocol (a stray print): skipped
-            if not isinstance(event, dict):
-                continue
-            kind = event.get("type")
-            if kind == want:
-                return event
-            if kind == "error":
-                raise FailedPrecondition(f"the Hermes bridge refused a request: {event.get('error')}")
-            if kind == "received" and received is not None and not received:
-                received.update(event)
-
-    async def _request(self, req: Mapping[str, Any], want: str, timeout_s: float) -> dict[str, Any]:
-        async with self._lock:
-            await self._live().send(json.dumps(req))
-            return await asyncio.wait_for(self._read_until(want), timeout_s)
-
     async def start_session(self, session: str) -> None:
         self._session = session
-        await self._request({"type": "start_session", "session": session}, "session_started", 60)
+        await self._bridge.start_session(session)
 
     async def stop_session(self) -> None:
-        if self._channel is not None:
-            await self._request({"type": "stop_session"}, "session_stopped", 60)
+        await self._bridge.stop_session()
 
     def _session_for(self, prompt: DeliverPrompt) -> str:
         if self._scope == "run":
@@ -243,34 +204,17 @@ class HermesHarness:
         return prompt.session or self._session
 
     async def deliver(self, prompt: DeliverPrompt) -> TurnResult:
-        session = self._session_for(prompt)
-        req = {"type": "message", "text": prompt.text, "session": session, "round_id": prompt.round_id}
-        received: dict[str, Any] = {}
-        async with self._lock:
-            started = time.time_ns()
-            await self._live().send(json.dumps(req))
-            # Hermes's own retries and tool loop are bounded inside the bridge; this
-            # is the last guard against a hung process.
-            end = await asyncio.wait_for(self._read_until("turn_end", received), self._turn_timeout_s + 60)
-        ended = time.time_ns()
-        self._schedule(end.get("schedule"))
-        details: dict[str, Any] = {
-            "exit_code": end.get("exit_code"),
-            "hermes_session": end.get("hermes_session", ""),
-            "resumed": bool(end.get("resumed")),
-        }
-        if end.get("error"):
-            # A failed turn is Hermes's business (a weak model, a refused call): the run goes on.
-            details["error"] = end["error"]
-        wall, mono, seq = received.get("wall_ns"), received.get("mono_ns"), received.get("seq")
-        return TurnResult(
-            reply=str(end.get("reply") or ""),
-            started_ns=started,
-            ended_ns=ended,
-            received_wall_ns=mono if isinstance(mono, int) else 0,
-            details=details,
-            received_sim_ns=wall if isinstance(wall, int) else None,
-            received_seq=seq if isinstance(seq, int) else None,
+        req = {"text": prompt.text, "session": self._session_for(prompt), "round_id": prompt.round_id}
+        # Hermes's own retries and tool loop are bounded inside the bridge.
+        answer = await self._bridge.message(req, self._turn_timeout_s + 60)
+        self._schedule(answer.end.get("schedule"))
+        return turn_result(
+            answer,
+            {
+                "exit_code": answer.end.get("exit_code"),
+                "hermes_session": answer.end.get("hermes_session", ""),
+                "resumed": bool(answer.end.get("resumed")),
+            },
         )
 
     # -- state -------------------------------------------------------------------------------
