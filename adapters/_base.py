@@ -24,7 +24,7 @@ import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sclated.scheduler import DeliverPrompt, EventSource, EventSpec, Grade
 
@@ -42,6 +42,7 @@ __all__ = [
     "Jobs",
     "JudgeReply",
     "LineChannel",
+    "ProcessClock",
     "ProxyEndpoints",
     "RoundInfo",
     "RunClock",
@@ -451,6 +452,12 @@ class InProcessAgent:
 WireApi = str
 """``openai_chat``, ``openai_responses`` or ``anthropic_messages``."""
 
+ProcessClock = Literal["simulated", "wall"]
+
+ROLE_MODEL_PREFIX = "sclate-role-"
+"""Model names ``sclate-role-<role>`` attribute a call to a role (see ProxyEndpoints.role_model);
+kept equal to proxy_addons._attribution.ROLE_MODEL_PREFIX (a test checks)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ProxyEndpoints:
@@ -469,6 +476,16 @@ class ProxyEndpoints:
     """The model name to ask for (what the run's endpoint serves)."""
     openai_prefix: str = "/v1"
     """The path an OpenAI-style client puts after the base URL (``OPENAI_BASE_URL``)."""
+
+    @staticmethod
+    def role_model(role: str) -> str:
+        """A model name that attributes a call to ``role`` whatever listener it arrives on.
+
+        For a harness with one endpoint and several model tiers (Claude Code's small
+        background model): the capture proxy takes a call asking for this name as
+        ``role``'s and forwards it asking for the run's model instead.
+        """
+        return f"{ROLE_MODEL_PREFIX}{role}"
 
     def as_role(self, role: str) -> ProxyEndpoints:
         """The same endpoints with every call going to ``role``'s listener (a memory job)."""
@@ -537,6 +554,11 @@ class HarnessDeclaration:
     agent learned carries over while the day's files start clean."""
     version: str = ""
     """The harness's own version (its pinned package; the project's for the reference harness)."""
+    process_clock: ProcessClock = "simulated"
+    """Which clock the harness process itself reads: ``simulated`` (libfaketime reaches it: a
+    dynamically linked program) or ``wall`` (a static executable, which ``LD_PRELOAD`` cannot
+    reach; the commands it runs still see simulated time). Shown by ``sclate agents list`` and
+    recorded with every run of the harness."""
 
 
 class SandboxHarness(Protocol):
