@@ -267,6 +267,10 @@ class AgentEnvironment:
     state) on the run's scheduler. Journaled like any input, so a replay after a
     crash and a branch see the same events; an id already known is skipped, and a
     time already past is moved to now. None outside a run."""
+    model_api_key_env: str = ""
+    """The NAME of the daemon's environment variable holding the endpoint's key ("": none)."""
+    model_skip_token_ids: bool = False
+    """The endpoint refuses token-id request fields: the capture asks for none."""
 
 
 # -- the facets an agent may declare ----------------------------------------------------
@@ -395,6 +399,11 @@ class AgentAdapter(Protocol):
         """How its model calls' records were handed over when it closed (None: no capture proxy)."""
         ...
 
+    def process_report(self) -> Mapping[str, Any] | None:
+        """The harness process: name, version, the clock it is declared to read and what the
+        sandbox's start probe found (None for an agent inside the daemon)."""
+        ...
+
 
 class InProcessAgent:
     """Defaults for an agent that runs inside the daemon (no sandbox, no capture proxy).
@@ -444,6 +453,9 @@ class InProcessAgent:
         return ()
 
     def capture_report(self) -> Mapping[str, Any] | None:
+        return None
+
+    def process_report(self) -> Mapping[str, Any] | None:
         return None
 
 
@@ -554,6 +566,9 @@ class HarnessDeclaration:
     agent learned carries over while the day's files start clean."""
     version: str = ""
     """The harness's own version (its pinned package; the project's for the reference harness)."""
+    executable: str = ""
+    """The harness's own program in its image (a name on PATH or a path): the sandbox's start
+    probe checks which clock it reads (see ``process_clock``)."""
     process_clock: ProcessClock = "simulated"
     """Which clock the harness process itself reads: ``simulated`` (libfaketime reaches it: a
     dynamically linked program) or ``wall`` (a static executable, which ``LD_PRELOAD`` cannot

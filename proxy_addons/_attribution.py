@@ -6,13 +6,17 @@ import dataclasses
 import hashlib
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from proxy_addons.record import ApiKind
 
 KEY_PREFIX = "sk-sclate-"
 UNKNOWN_ROLE = "unknown"
+ROLE_MODEL_PREFIX = "sclate-role-"
+"""A call asking for model ``sclate-role-<role>`` is ``role``'s, whatever listener it came
+in on (a harness with one endpoint and several model tiers: Claude Code's background
+model); it is forwarded asking for the run's model."""
 SCLATE_HEADERS = ("x-sclate-thread", "x-sclate-turn", "x-sclate-parent-thread", "x-sclate-branch")
 """Optional hints a harness may send; taken off before the call goes upstream."""
 
@@ -107,6 +111,16 @@ def hints(header: Header) -> Hints:
         parent_thread=header("x-sclate-parent-thread") or None,
         branch_hint=header("x-sclate-branch") or None,
     )
+
+
+def model_role(body: Any, roles: Collection[str]) -> str | None:
+    """The role a request names through its model (``sclate-role-aux``), if it is a known one."""
+    model = body.get("model") if isinstance(body, dict) else None
+    if isinstance(model, str) and model.startswith(ROLE_MODEL_PREFIX):
+        role = model[len(ROLE_MODEL_PREFIX) :]
+        if role in roles:
+            return role
+    return None
 
 
 def api_kind(method: str, path: str) -> ApiKind:

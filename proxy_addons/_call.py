@@ -5,7 +5,9 @@ import asyncio
 import codecs
 import dataclasses
 import hashlib
+import json
 import time
+from collections.abc import Collection
 from typing import Any
 
 from proxy_addons import _attribution, _sse, _tokens
@@ -44,16 +46,25 @@ class Call:
         if hints.thread:
             self.thread, self.thread_source = hints.thread, "header"
 
-    def read_request(self, raw: bytes, request_tokens: bool) -> bytes:
+    def read_request(self, raw: bytes, request_tokens: bool, roles: Collection[str] = (), run_model: str = "") -> bytes:
         """Note the request body; returns the body to forward (with the token
-        flags when ``request_tokens``)."""
+        flags when ``request_tokens``; a role's model name replaced by
+        ``run_model``, the call then attributed to that role)."""
         self.body_hash = hashlib.sha256(raw).hexdigest()
         body = _sse.json_or_none(raw.decode("utf-8", "replace")) if raw else None
         if not self.thread:
             self.thread = _attribution.derive_thread(self.api, body)
         forward = raw
+        role = _attribution.model_role(body, roles)
+        if role is not None and run_model and isinstance(body, dict):
+            # Rare and small (background calls): re-serialising the body is fine here.
+            self.role = role
+            body["model"] = run_model
+            forward = json.dumps(body, ensure_ascii=False).encode()
+            self.injected.append("model")
         if request_tokens:
-            forward, self.injected = _tokens.with_token_flags(self.api, raw, body)
+            forward, added = _tokens.with_token_flags(self.api, forward, body)
+            self.injected.extend(added)
         self.request_body = body if body is not None or not raw else raw.decode("utf-8", "replace")
         return forward
 

@@ -144,6 +144,9 @@ def assemble_openai_stream(api: str, datas: list[Any]) -> tuple[Any, bool]:
     return final, finished
 
 
+TOKEN_FIELDS = ("prompt_token_ids", "token_ids", "logprobs")
+
+
 def assemble_anthropic_stream(events: list[tuple[str | None, Any]]) -> tuple[Any, bool]:
     msg: dict[str, Any] = {}
     blocks: dict[int, dict[str, Any]] = {}
@@ -174,6 +177,11 @@ def assemble_anthropic_stream(events: list[tuple[str | None, Any]]) -> tuple[Any
             delta = d.get("delta") or {}
             if isinstance(delta, dict):
                 msg.update(delta)
+            # A server that reports tokens (the embedded one) puts the whole
+            # completion's record on the final message_delta.
+            for key in TOKEN_FIELDS:
+                if key in d:
+                    msg[key] = d[key]
             if isinstance(d.get("usage"), dict):
                 usage = dict(msg.get("usage") or {})
                 usage.update(d["usage"])
@@ -195,6 +203,6 @@ def assemble_responses_stream(datas: list[Any]) -> tuple[Any, bool]:
     for obj in datas:
         if isinstance(obj, dict) and isinstance(obj.get("response"), dict):
             last = obj["response"]
-            if obj.get("type") == "response.completed":
+            if obj.get("type") in ("response.completed", "response.incomplete"):
                 finished = True
     return last, finished

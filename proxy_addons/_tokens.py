@@ -1,4 +1,4 @@
-"""Token ids and log probabilities: asking OpenAI-style servers for them, and
+"""Token ids and log probabilities: asking the server for them, and
 taking them out of a response exactly as the server returned them (nothing
 is ever re-tokenized: a response without ids yields None)."""
 
@@ -8,7 +8,15 @@ from typing import Any
 
 from proxy_addons.record import Completion, is_token_ids
 
-TOKEN_FLAG_APIS = ("openai_chat", "openai_completions")
+LOGPROB_FLAGS: dict[str, tuple[str, Any]] = {
+    # Completions take an int (extra top alternatives); 0 still returns the
+    # sampled token's own logprob. Chat and Anthropic messages take a bool;
+    # the Responses API takes a count of alternatives.
+    "openai_chat": ("logprobs", True),
+    "openai_completions": ("logprobs", 0),
+    "anthropic_messages": ("logprobs", True),
+    "openai_responses": ("top_logprobs", 0),
+}
 
 
 @dataclasses.dataclass
@@ -45,6 +53,24 @@ def _logprobs(lp: Any) -> list[float] | None:
     return None
 
 
+def _responses_logprobs(resp: dict[str, Any]) -> list[float] | None:
+    """A Responses completion's logprobs: the top-level list when the server gives one
+    (every sampled token, tool calls included), else its one message's text part's."""
+    top = resp.get("logprobs")
+    if isinstance(top, list):
+        return _logprobs({"content": top})
+    parts = [
+        part
+        for item in resp.get("output") or []
+        if isinstance(item, dict) and item.get("type") == "message"
+        for part in item.get("content") or []
+        if isinstance(part, dict) and part.get("type") == "output_text"
+    ]
+    if len(parts) != 1 or not isinstance(parts[0].get("logprobs"), list):
+        return None
+    return _logprobs({"content": parts[0]["logprobs"]})
+
+
 def extract_tokens(api: str, resp: Any) -> Tokens:
     """Token ids, logprobs, usage and the finish reason of a (reassembled) response."""
     out = Tokens(None, [], None, None, [])
@@ -53,11 +79,19 @@ def extract_tokens(api: str, resp: Any) -> Tokens:
     usage = resp.get("usage")
     out.usage = usage if isinstance(usage, dict) else None
     out.prompt_token_ids = _ids(resp.get("prompt_token_ids"))
-    if api == "anthropic_messages":
-        out.finish_reason = _str(resp.get("stop_reason"))
-        return out
-    if api == "openai_responses":
-        out.finish_reason = _str(resp.get("status"))
+    if api in ("anthropic_messages", "openai_responses"):
+        # One completion, its ids on the message (Anthropic: the final
+        # message_delta's; Responses: the final response's).
+        out.finish_reason = _str(resp.get("stop_reason" if api == "anthropic_messages" else "status"))
+        token_ids = _ids(resp.get("token_ids"))
+        logprobs = _logprobs(resp.get("logprobs")) if api == "anthropic_messages" else _responses_logprobs(resp)
+        if token_ids is not None and logprobs is not None and len(token_ids) != len(logprobs):
+            out.warnings.append(f"{len(token_ids)} token ids but {len(logprobs)} logprobs; logprobs dropped")
+            logprobs = None
+        if token_ids is not None or logprobs is not None:
+            out.completions.append(
+                Completion(index=0, token_ids=token_ids, logprobs=logprobs, finish_reason=out.finish_reason)
+            )
         return out
     for ch in resp.get("choices") or []:
         if not isinstance(ch, dict):
@@ -84,17 +118,16 @@ def extract_tokens(api: str, resp: Any) -> Tokens:
 
 def inject_token_flags(api: str, body: Any) -> list[str]:
     """Ask the server for token ids and logprobs (in ``body``); returns the keys added."""
-    if not isinstance(body, dict) or api not in TOKEN_FLAG_APIS:
+    if not isinstance(body, dict) or api not in LOGPROB_FLAGS:
         return []
     added: list[str] = []
     if "return_token_ids" not in body:
         body["return_token_ids"] = True
         added.append("return_token_ids")
-    if "logprobs" not in body:
-        # Completions take an int (extra top alternatives); 0 still returns
-        # the sampled token's own logprob. Chat takes a bool.
-        body["logprobs"] = True if api == "openai_chat" else 0
-        added.append("logprobs")
+    key, value = LOGPROB_FLAGS[api]
+    if key not in body:
+        body[key] = value
+        added.append(key)
     return added
 
 

@@ -17,13 +17,21 @@ the standard library and mitmproxy: nothing from ``sclated``.
 Environment (each has an option of the same meaning that wins when set):
 ``SCLATE_RUN_SECRET`` (``sclate_run_secret``), ``SCLATE_UPSTREAM_API_KEY``
 (``sclate_upstream_key``), ``SCLATE_CONTROL_SOCKET`` (``sclate_control_socket``),
-``SCLATE_SPOOL`` (``sclate_spool``), ``SCLATE_ROLES`` (``sclate_roles``).
+``SCLATE_SPOOL`` (``sclate_spool``), ``SCLATE_ROLES`` (``sclate_roles``),
+``SCLATE_RUN_MODEL`` (``sclate_run_model``); ``SCLATE_UPSTREAM_API_KEY_FILE``, a
+file holding the upstream key (what sclated gives: the key stays out of the
+container's environment); ``SCLATE_REQUEST_TOKENS=0`` turns
+``sclate_request_tokens`` off (an endpoint that refuses unknown fields).
 
-With ``sclate_request_tokens`` on (the default) OpenAI-style chat and
-completion requests that do not set them get ``"return_token_ids": true`` and
-``logprobs`` added. The response then carries extra fields
-(``prompt_token_ids``, ``token_ids``, ``logprobs``) which OpenAI clients
-ignore; the response itself is never modified by this addon.
+With ``sclate_request_tokens`` on (the default) requests that do not set them
+get ``"return_token_ids": true`` and the API's logprobs flag added (chat and
+completions ``logprobs``, Anthropic messages ``logprobs``, Responses
+``top_logprobs: 0``). The response then carries extra fields
+(``prompt_token_ids``, ``token_ids``, ``logprobs``) which clients ignore; the
+response itself is never modified by this addon.
+
+A call asking for model ``sclate-role-<role>`` is attributed to that role and
+forwarded asking for the run's model (``sclate_run_model``).
 
 No threads, ever (no ``asyncio.to_thread`` either): under libfaketime (every
 sandbox) a second Python thread makes the GIL hand-off spin (measured: +120 ms
@@ -85,6 +93,19 @@ from proxy_addons._spool import DEFAULT_SPOOL, Spool  # noqa: E402
 
 log = logging.getLogger("sclate.capture")
 
+
+def _read_key_file(path: str) -> str:
+    """The key in ``path`` ("" without one: calls then go out with no key)."""
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError as exc:
+        log.error("sclate: cannot read the upstream key file %s: %s", path, exc)
+        return ""
+
+
 _UNAUTHENTICATED = json.dumps({"error": {"message": "sclate: unknown API key", "type": "unauthenticated"}})
 _DAEMON_AWAY = (OSError, ConnectionError, TimeoutError, ControlError)
 
@@ -102,6 +123,8 @@ class SclateCapture:
         self.socket_path = DEFAULT_SOCKET
         self.spool = Spool(DEFAULT_SPOOL)
         self.request_tokens = True
+        self.run_model = ""
+        self.role_names: frozenset[str] = frozenset()
         self.lease_timeout_s = 0.5
         self.send_timeout_s = 5.0
         self.retry_interval_s = 2.0
@@ -123,15 +146,22 @@ class SclateCapture:
         loader.add_option("sclate_upstream_key", str, "", "Real upstream API key")
         loader.add_option("sclate_control_socket", str, "", "Daemon control socket path")
         loader.add_option("sclate_spool", str, "", "Spool directory for undelivered records")
-        loader.add_option("sclate_request_tokens", bool, True, "Ask OpenAI-style servers for token ids and logprobs")
+        loader.add_option("sclate_request_tokens", bool, True, "Ask the server for token ids and logprobs")
+        loader.add_option("sclate_run_model", str, "", "The run's model: what a sclate-role-<role> model becomes")
         loader.add_option("sclate_retry_interval", float, 2.0, "Seconds between spool redelivery passes")
 
     def configure(self, updated: set[str]) -> None:
         o = ctx.options
         env = os.environ
         self.roles = parse_roles(o.sclate_roles or env.get("SCLATE_ROLES", ""))
+        self.role_names = frozenset(self.roles.values())
+        self.run_model = o.sclate_run_model or env.get("SCLATE_RUN_MODEL", "")
         self.secret = o.sclate_run_secret or env.get("SCLATE_RUN_SECRET", "")
-        self.upstream_key = o.sclate_upstream_key or env.get("SCLATE_UPSTREAM_API_KEY", "")
+        self.upstream_key = (
+            o.sclate_upstream_key
+            or env.get("SCLATE_UPSTREAM_API_KEY", "")
+            or _read_key_file(env.get("SCLATE_UPSTREAM_API_KEY_FILE", ""))
+        )
         path = o.sclate_control_socket or env.get("SCLATE_CONTROL_SOCKET", "") or DEFAULT_SOCKET
         if path != self.client.path:
             old = self.client
@@ -139,7 +169,7 @@ class SclateCapture:
             self._spawn(old.close(), "sclate-close-control")
         self.socket_path = path
         self.spool = Spool(o.sclate_spool or env.get("SCLATE_SPOOL", "") or DEFAULT_SPOOL)
-        self.request_tokens = bool(o.sclate_request_tokens)
+        self.request_tokens = bool(o.sclate_request_tokens) and env.get("SCLATE_REQUEST_TOKENS", "1") != "0"
         self.retry_interval_s = float(o.sclate_retry_interval)
 
     def running(self) -> None:
@@ -214,7 +244,7 @@ class SclateCapture:
         if call is None:
             return
         raw = flow.request.content or b""
-        forward = call.read_request(raw, self.request_tokens)
+        forward = call.read_request(raw, self.request_tokens, self.role_names, self.run_model)
         if forward is not raw:
             flow.request.content = forward
         call.retry_of = self._failed.get((call.thread, call.body_hash))

@@ -70,6 +70,7 @@ DECLARATION = HarnessDeclaration(
         {"turn_timeout_s", "max_tokens", "max_turns", "toolsets", "cron_toolsets", "cron_jobs", "session_scope"}
     ),
     version=HERMES_VERSION,
+    executable="hermes",
 )
 
 _SCOPES = ("scenario", "run")

@@ -98,6 +98,7 @@ DECLARATION = HarnessDeclaration(
     ),
     workspace_memory=("MEMORY.md", "memory"),
     version=OPENCLAW_VERSION,
+    executable="openclaw",
 )
 
 _SCOPES = ("scenario", "run")

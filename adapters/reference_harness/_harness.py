@@ -44,6 +44,7 @@ DECLARATION = HarnessDeclaration(
     state_dirs=("/workspace", "/memory"),
     options=frozenset({"turn_timeout_s", "max_steps", "max_tokens"}),
     version=__version__,
+    executable="python3",
 )
 
 

@@ -66,6 +66,8 @@ def run_spec_from_proto(run: pb.Run) -> RunSpec:
                     "base_url": a.model.base_url,
                     "api": a.model.api or "openai",
                     "model": a.model.model,
+                    "api_key_env": a.model.api_key_env,
+                    "skip_token_ids": a.model.skip_token_ids,
                 },
                 "resources": {
                     "memory_bytes": a.resources.memory_bytes,
@@ -167,6 +169,19 @@ def _results_to_proto(results: dict[str, Any]) -> pb.RunResults:
             model=str(j.get("model", "")),
             embedded=bool(j.get("embedded")),
             note=str(j.get("note", "")),
+        )
+    harness = results.get("harness")
+    if harness:
+        probe = harness.get("probe") or {}
+        out.harness.CopyFrom(
+            pb.HarnessProcess(
+                name=str(harness.get("harness", "")),
+                version=str(harness.get("version", "")),
+                process_clock=str(harness.get("process_clock", "")),
+                executable=str(probe.get("executable", "")),
+                linked=str(probe.get("linked", "")),
+                probed_clock=str(probe.get("clock", "")),
+            )
         )
     out.warnings.extend(str(w) for w in results.get("warnings", []))
     return out

@@ -142,6 +142,7 @@ class SclateServicer(pb_grpc.SclateServicer):
                 wire_apis=list(entry.wire_apis),
                 capabilities=list(entry.capabilities),
                 image=entry.image,
+                process_clock=entry.process_clock,
             )
         return out
 

@@ -92,4 +92,12 @@ def run_warnings(results: dict[str, Any]) -> list[str]:
     for judge in results.get("judges") or []:
         if judge.get("embedded"):
             out.append("verdicts judged by the embedded model: not comparable with published scores")
+    harness = results.get("harness") or {}
+    if harness.get("warning"):
+        out.append(str(harness["warning"]))
+    elif harness.get("process_clock") == "wall":
+        out.append(
+            f"the {harness.get('harness', 'harness')} process itself reads the wall clock (a static executable "
+            "libfaketime cannot reach); the commands it runs see simulated time"
+        )
     return out

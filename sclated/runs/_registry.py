@@ -31,6 +31,8 @@ class AgentEntry:
     """What it can do beyond sessions and messages (``adapters.Capability`` values)."""
     image: str = ""
     """The image its sandbox runs (empty: it runs inside the daemon)."""
+    process_clock: str = ""
+    """The clock the harness process reads: simulated or wall (empty: it runs inside the daemon)."""
 
 
 @dataclass(slots=True)
@@ -95,6 +97,7 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
                 wire_apis=tuple(sorted(d.wire_apis)),
                 capabilities=tuple(sorted(c.value for c in d.capabilities | SANDBOX_CAPABILITIES)),
                 image=d.image,
+                process_clock=d.process_clock,
             )
         )
     reg.add_agent(

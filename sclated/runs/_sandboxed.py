@@ -134,6 +134,8 @@ class SandboxedAgent:
             image=self.declaration.image,
             model_base_url=env.model_base_url,
             model_name=env.model_name,
+            model_api_key_env=env.model_api_key_env,
+            model_skip_token_ids=env.model_skip_token_ids,
             limits=Limits(
                 memory_bytes=r.memory_bytes or 2 * 1024**3,
                 nano_cpus=int((r.cpus or 1.0) * 1e9),
@@ -157,6 +159,7 @@ class SandboxedAgent:
             if start is SessionStart.FRESH and env.workspace_seed is not None:
                 await session.put_dir(env.workspace_seed, "/workspace")
             await self.harness.start(_HarnessAccess(session, env.schedule))
+            await self._probe_process(session)
         except BaseException:
             self._session = None
             await session.close()
@@ -175,6 +178,24 @@ class SandboxedAgent:
 
     def capture_report(self) -> Mapping[str, Any] | None:
         return self._capture_report
+
+    async def _probe_process(self, session: SandboxSession) -> None:
+        d = self.declaration
+        report: dict[str, Any] = {"harness": d.name, "version": d.version, "process_clock": d.process_clock}
+        if d.executable:
+            probe = await session.probe_process(d.executable)
+            report["probe"] = probe.as_dict()
+            if probe.clock != d.process_clock:
+                report["warning"] = (
+                    f"{d.name} is declared to read the {d.process_clock} clock, but its executable "
+                    f"{probe.executable} is {probe.linked}ly linked ({probe.clock} clock)"
+                )
+        self._process_report = report
+
+    _process_report: dict[str, Any] | None = None
+
+    def process_report(self) -> Mapping[str, Any] | None:
+        return self._process_report
 
     def _live(self) -> SandboxSession:
         if self._session is None:
@@ -221,7 +242,8 @@ class SandboxedAgent:
         keep = " ".join(f"! -name {shlex.quote(name)}" for name in self.declaration.workspace_memory)
         out = await self._live().exec(
             ["sh", "-c", f"find /workspace -mindepth 1 -maxdepth 1 {keep} -exec rm -rf {{}} +"],
-            workdir="/", timeout_s=120,
+            workdir="/",
+            timeout_s=120,
         )
         if out.exit_code != 0:
             raise FailedPrecondition(f"clearing the workspace failed: {out.output[-400:]}", reason="WORKSPACE")
@@ -241,9 +263,7 @@ class SandboxedAgent:
             await self.run_job(command, holder="benchmark", timeout_s=600)
 
     # -- AgentFiles ---------------------------------------------------------------------------
-    async def snapshot(
-        self, dest: Path, *, on_paused: Callable[[], Awaitable[None]] | None = None
-    ) -> dict[str, Any]:
+    async def snapshot(self, dest: Path, *, on_paused: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
         info = await self._live().snapshot(dest, on_paused=on_paused)
         saved: dict[str, Any] = json.loads(info.to_json())
         return saved

@@ -81,6 +81,10 @@ class ModelRef:
     """Empty: the daemon's embedded model."""
     api: str = "openai"
     model: str = ""
+    api_key_env: str = ""
+    """The NAME of the daemon's environment variable holding the endpoint's key."""
+    skip_token_ids: bool = False
+    """The endpoint refuses token-id request fields (a hosted API)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +130,13 @@ class RunSpec:
             "agent": {
                 "harness": a.harness,
                 "memory": a.memory,
-                "model": {"base_url": a.model.base_url, "api": a.model.api, "model": a.model.model},
+                "model": {
+                    "base_url": a.model.base_url,
+                    "api": a.model.api,
+                    "model": a.model.model,
+                    "api_key_env": a.model.api_key_env,
+                    "skip_token_ids": a.model.skip_token_ids,
+                },
                 "resources": {
                     "memory_bytes": a.resources.memory_bytes,
                     "cpus": a.resources.cpus,
@@ -174,6 +184,23 @@ class RunSpec:
             raise InvalidArgument(
                 f"run.agent.model.base_url {base_url!r} is not an http(s) URL",
                 field="run.agent.model.base_url",
+            )
+        key_env = _text(m.get("api_key_env", ""), "run.agent.model.api_key_env", limit=128)
+        if key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
+            raise InvalidArgument(
+                f"run.agent.model.api_key_env {key_env!r} is not an environment variable name "
+                "(give the NAME of the daemon's variable that holds the key, not the key)",
+                field="run.agent.model.api_key_env",
+            )
+        if key_env and not base_url:
+            raise InvalidArgument(
+                "run.agent.model.api_key_env needs run.agent.model.base_url (the embedded model takes no key)",
+                field="run.agent.model.api_key_env",
+            )
+        skip_token_ids = m.get("skip_token_ids", False)
+        if not isinstance(skip_token_ids, bool):
+            raise InvalidArgument(
+                "run.agent.model.skip_token_ids must be true or false", field="run.agent.model.skip_token_ids"
             )
         r = a.get("resources") or {}
         resources = Resources(
@@ -224,6 +251,8 @@ class RunSpec:
                     base_url=base_url,
                     api=api,
                     model=_text(m.get("model", ""), "run.agent.model.model", limit=256),
+                    api_key_env=key_env,
+                    skip_token_ids=skip_token_ids,
                 ),
                 resources=resources,
                 options=_options(a.get("options"), "run.agent.options"),

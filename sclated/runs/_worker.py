@@ -427,9 +427,7 @@ class RunWorker:
                 await self._needs_workspace().clear()
             seed = fire.data.get("workspace_seed")
             if seed:
-                await self._needs_workspace().seed(
-                    Path(str(seed)), str(fire.data.get("workspace_dest", "/workspace"))
-                )
+                await self._needs_workspace().seed(Path(str(seed)), str(fire.data.get("workspace_dest", "/workspace")))
             history = fire.data.get("session_seed")
             if isinstance(history, Mapping):
                 await self._needs_seeded_sessions().seed_session(_session_seed(history))
@@ -543,6 +541,8 @@ class RunWorker:
             model_base_url=m.base_url,
             model_api=m.api,
             model_name=m.model,
+            model_api_key_env=m.api_key_env,
+            model_skip_token_ids=m.skip_token_ids,
             resources=self.spec.agent.resources,
             workspace_seed=self.scenario.workspace_seed(),
             resume=bool(self._journal_in),
@@ -729,6 +729,9 @@ class RunWorker:
         judges = self._judges_seen()
         if judges:
             out["judges"] = judges
+        process = self.agent.process_report()
+        if process:
+            out["harness"] = dict(process)
         if summary is not None and self.loop is not None:
             sched = self.loop.scheduler
             # A routine's next occurrence after the run ended (tomorrow's cron) was

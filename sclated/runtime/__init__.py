@@ -27,7 +27,7 @@ from sclated.runtime._images import (
 )
 from sclated.runtime._runtime import Runtime
 from sclated.runtime._sandbox import Sandbox, SandboxManager, SandboxPaths, TimeProbe
-from sclated.runtime._simtime import FAKETIME_ENV, format_frozen, format_offset, freeze_time, publish_time
+from sclated.runtime._simtime import FAKETIME_ENV, SANDBOX_DIR, format_frozen, format_offset, freeze_time, publish_time
 from sclated.runtime._snapshot import SnapshotInfo, restore, snapshot
 from sclated.runtime._spec import (
     LABEL_DAEMON,
@@ -49,6 +49,7 @@ __all__ = [
     "LABEL_ROLE",
     "LABEL_RUN",
     "LABEL_TENANT",
+    "SANDBOX_DIR",
     "BridgeStats",
     "BuiltImage",
     "Check",

@@ -6,6 +6,7 @@ Nothing here is harness-specific: harnesses declare themselves
 """
 
 from sclated.sandbox._control import ControlServer, Handler
+from sclated.sandbox._process_probe import ProcessProbe
 from sclated.sandbox._proxy import PROXY_LOG, ROLE_PORTS, SPOOL_DIR, endpoints_for, mitmdump_command
 from sclated.sandbox._session import (
     SandboxOptions,
@@ -22,6 +23,7 @@ __all__ = [
     "SPOOL_DIR",
     "ControlServer",
     "Handler",
+    "ProcessProbe",
     "SandboxOptions",
     "SandboxServices",
     "SandboxSession",

@@ -9,9 +9,23 @@ pipes to the run's endpoint.
 
 from __future__ import annotations
 
-from adapters import ProxyEndpoints
+import os
+from collections.abc import Mapping
+from pathlib import Path
 
-__all__ = ["PROXY_LOG", "ROLE_PORTS", "SPOOL_DIR", "endpoints_for", "mitmdump_command"]
+from adapters import ProxyEndpoints
+from sclated.errors import FailedPrecondition
+from sclated.runtime import SANDBOX_DIR
+
+__all__ = [
+    "PROXY_LOG",
+    "ROLE_PORTS",
+    "SPOOL_DIR",
+    "UPSTREAM_KEY_FILE",
+    "endpoints_for",
+    "mitmdump_command",
+    "upstream_env",
+]
 
 ROLE_PORTS = {"agent": 4001, "memory": 4002, "aux": 4003}
 FORWARDER_PORT = 18080
@@ -19,6 +33,8 @@ FORWARDER_PORT = 18080
 SPOOL_DIR = "/var/spool/sclate"
 """Where the addon keeps records until the daemon acknowledges them."""
 PROXY_LOG = "/var/log/sclate-proxy.log"
+UPSTREAM_KEY_FILE = "upstream.key"
+"""The endpoint's API key, in the run's read-only mount (/run/sclate), for the proxy to put on."""
 ADDON = "/opt/sclate/proxy/capture.py"
 
 
@@ -49,3 +65,33 @@ def endpoints_for(run_id: str, secret: str, model: str, path_prefix: str = "") -
         model=model or "default",
         openai_prefix=path_prefix.rstrip("/") or "/v1",
     )
+
+
+def upstream_env(root: Path, key_env: str, skip_token_ids: bool, environ: Mapping[str, str]) -> dict[str, str]:
+    """The capture proxy's view of a run's endpoint, as container environment.
+
+    The key (from the daemon's variable ``key_env``) goes into a file in the run's
+    read-only mount (``root``, seen at /run/sclate), never into the container's
+    environment, which a snapshot's image would keep; the proxy puts it on each
+    call. Written at every sandbox start, so a restored run takes the key the
+    daemon has now. Blocking file I/O: call it off the event loop.
+    """
+    env: dict[str, str] = {}
+    if skip_token_ids:
+        env["SCLATE_REQUEST_TOKENS"] = "0"
+    key_file = root / UPSTREAM_KEY_FILE
+    if not key_env:
+        key_file.unlink(missing_ok=True)
+        return env
+    key = environ.get(key_env, "").strip()
+    if not key:
+        raise FailedPrecondition(
+            f"run.agent.model.api_key_env names {key_env}, which is not set in the daemon's environment "
+            "(set it where sclated starts, e.g. the systemd unit's Environment=)",
+            reason="MODEL_KEY_MISSING",
+        )
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key)
+    env["SCLATE_UPSTREAM_API_KEY_FILE"] = f"{SANDBOX_DIR}/{UPSTREAM_KEY_FILE}"
+    return env

@@ -57,7 +57,15 @@ from sclated.runtime import (
     snapshot,
 )
 from sclated.sandbox._control import ControlServer
-from sclated.sandbox._proxy import PROXY_LOG, ROLE_PORTS, SPOOL_DIR, endpoints_for, mitmdump_command
+from sclated.sandbox._process_probe import PROBE_SCRIPT, ProcessProbe, parse_probe
+from sclated.sandbox._proxy import (
+    PROXY_LOG,
+    ROLE_PORTS,
+    SPOOL_DIR,
+    endpoints_for,
+    mitmdump_command,
+    upstream_env,
+)
 from sclated.store import Store
 
 __all__ = ["SandboxOptions", "SandboxServices", "SandboxSession", "SessionStart", "short_sockets_dir"]
@@ -174,6 +182,9 @@ class SessionConfig:
     limits: Limits
     options: SandboxOptions
     state_dirs: tuple[str, ...] = ("/workspace", "/memory")
+    model_api_key_env: str = ""
+    """The NAME of the daemon's environment variable with the endpoint's key."""
+    model_skip_token_ids: bool = False
 
 
 class _Channel:
@@ -316,12 +327,22 @@ class SandboxSession:
         self._sink = CaptureSink(_StoreRecords(self._services.store, cfg.run_key), self._leases)
         self._control = ControlServer(paths.control_socket, self._handlers())
         await self._control.start()
+        upstream = await asyncio.to_thread(
+            upstream_env, paths.root, cfg.model_api_key_env, cfg.model_skip_token_ids, os.environ
+        )
         spec = manager.spec_for(
             image=await _image_ref(cfg.image),
             run=cfg.run_id,
             tenant=cfg.tenant,
             run_dir=self.control_dir,
-            env={**env(self.endpoints), "SCLATE_RUN_SECRET": self._secret, "SCLATE_SPOOL": SPOOL_DIR},
+            env={
+                **env(self.endpoints),
+                "SCLATE_RUN_SECRET": self._secret,
+                "SCLATE_SPOOL": SPOOL_DIR,
+                # What a call asking for a role's model (sclate-role-aux) is forwarded asking for.
+                "SCLATE_RUN_MODEL": self.endpoints.model,
+                **upstream,
+            },
             limits=cfg.limits,
             command=["sh", "-c", f"{mitmdump_command()} >{PROXY_LOG} 2>&1 & exec sleep infinity"],
         )
@@ -391,6 +412,11 @@ class SandboxSession:
                 "the capture proxy in the sandbox did not start listening within 15 s: "
                 f"{tail.stdout.decode(errors='replace').strip()[-800:]}"
             )
+
+    async def probe_process(self, executable: str) -> ProcessProbe:
+        """Which clock ``executable`` (a harness's own program) reads inside the sandbox."""
+        res = await self.exec(["python3", "-c", PROBE_SCRIPT, executable], timeout_s=30)
+        return parse_probe(res.output, executable)
 
     # -- time --------------------------------------------------------------------------------
     async def publish_time(self, sim_ns: int) -> None:

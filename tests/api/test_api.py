@@ -65,6 +65,12 @@ async def test_request_id_is_idempotent(api: Api) -> None:
         (lambda r: r.run.agent.options.update({"turn_ms": "slow"}), "run.agent.options.turn_ms"),
         (lambda r: setattr(r.run.agent.model, "api", "grpc"), "run.agent.model.api"),
         (lambda r: setattr(r.run.agent.model, "base_url", "ftp://x"), "run.agent.model.base_url"),
+        # The key's variable NAME, not the key; and only with an endpoint of one's own.
+        (
+            lambda r: r.run.agent.model.MergeFrom(pb.ModelEndpoint(base_url="http://m", api_key_env="sk-123")),
+            "run.agent.model.api_key_env",
+        ),
+        (lambda r: setattr(r.run.agent.model, "api_key_env", "VENDOR_KEY"), "run.agent.model.api_key_env"),
         (
             lambda r: setattr(r.run.benchmark, "data_dir", "/does/not/exist"),
             "run.benchmark.data_dir",
@@ -247,7 +253,12 @@ async def test_benchmarks_and_agents(api: Api) -> None:
     assert reference.version and list(reference.wire_apis) == ["openai_chat"]
     # Its own (consolidate, session state, wait) and what every sandbox gives.
     assert set(reference.capabilities) == {
-        "consolidate", "file_snapshots", "jobs", "session_state", "wait", "workspace"
+        "consolidate",
+        "file_snapshots",
+        "jobs",
+        "session_state",
+        "wait",
+        "workspace",
     }
     hermes = next(x for x in a.agents if x.name == "hermes")
     assert hermes.sandboxed and hermes.image == "sclate-hermes" and hermes.version == "0.19.0"

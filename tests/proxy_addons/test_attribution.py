@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from adapters import ProxyEndpoints
 from proxy_addons._attribution import (
+    ROLE_MODEL_PREFIX,
     Hints,
     api_key,
     api_kind,
     derive_thread,
     hints,
+    model_role,
     parse_roles,
     run_from_key,
     sampling_of,
 )
+from proxy_addons._call import Call
 from tests.proxy_addons.harness import CHAT_BODY, KEY, RUN, SECRET
 
 
@@ -112,3 +117,26 @@ def test_thread_derivation_per_api(api: str, opening: dict[str, Any], later: dic
     assert derive_thread(api, grown) == first
     assert derive_thread(api, opening) != derive_thread("openai_chat", opening)
     assert derive_thread(api, None).startswith("t-")
+
+
+def test_a_role_model_names_a_known_role_only() -> None:
+    roles = {"agent", "aux"}
+    assert model_role({"model": "sclate-role-aux"}, roles) == "aux"
+    assert model_role({"model": "sclate-role-memory"}, roles) is None  # not a listener's role here
+    assert model_role({"model": "claude-haiku"}, roles) is None
+    assert model_role(["sclate-role-aux"], roles) is None
+    # The harness contract hands out the same names.
+    assert ProxyEndpoints.role_model("aux") == f"{ROLE_MODEL_PREFIX}aux"
+
+
+def test_a_call_asking_for_a_role_model_is_that_roles_and_asks_for_the_runs_model() -> None:
+    call = Call("c1", "run", "agent", "anthropic_messages", "POST", "/v1/messages", 0)
+    raw = b'{"model": "sclate-role-aux", "max_tokens": 5, "messages": []}'
+    forward = call.read_request(raw, True, {"agent", "aux"}, "smol")
+    sent = json.loads(forward)
+    assert call.role == "aux" and sent["model"] == "smol" and sent["return_token_ids"] is True
+    assert call.injected == ["model", "return_token_ids", "logprobs"] and call.request_body == sent
+    # Without a run model to ask for, nothing is rewritten and the listener's role stays.
+    plain = Call("c2", "run", "agent", "anthropic_messages", "POST", "/v1/messages", 0)
+    assert json.loads(plain.read_request(raw, False, {"agent", "aux"}, ""))["model"] == "sclate-role-aux"
+    assert plain.role == "agent" and plain.injected == []

@@ -48,8 +48,8 @@ async def test_x_api_key_is_swapped(harness: Harness, daemon: FakeDaemon) -> Non
     f = harness.flow(body, path="/v1/messages", key=None, headers={"x-api-key": KEY})
     await harness.send(f)
     assert f.request.headers["x-api-key"] == REAL
-    # Anthropic requests are not given OpenAI token flags.
-    assert json.loads(f.request.content or b"") == body
+    # Anthropic requests ask for token ids and logprobs in their own spelling.
+    assert json.loads(f.request.content or b"") == {**body, "return_token_ids": True, "logprobs": True}
     await harness.reply_json(
         f,
         {
@@ -65,7 +65,7 @@ async def test_x_api_key_is_swapped(harness: Harness, daemon: FakeDaemon) -> Non
     assert rec.api == "anthropic_messages"
     assert rec.finish_reason == "end_turn"
     assert rec.prompt_token_ids is None
-    assert rec.injected == ()
+    assert rec.injected == ("return_token_ids", "logprobs")
 
 
 @pytest.mark.parametrize("key", [f"sk-sclate-{RUN}-nope", "sk-not-ours", None])

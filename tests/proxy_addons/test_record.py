@@ -29,6 +29,16 @@ RESPONSE_DONE = {
     "model": "m1",
     "output": [],
     "usage": {"input_tokens": 2},
+    # The embedded server's token record (what the injected flags ask for).
+    "prompt_token_ids": [1, 2],
+    "token_ids": [5],
+    "logprobs": [{"token": "x", "logprob": -0.5}],
+}
+
+ANTHROPIC_TOKENS: dict[str, Any] = {
+    "prompt_token_ids": [1, 2, 3],
+    "token_ids": [9],
+    "logprobs": {"content": [{"token": "yo", "logprob": -0.1}]},
 }
 
 # kind -> (path, request body, the plain reply, the streamed reply)
@@ -121,11 +131,15 @@ CALLS: dict[str, tuple[str, dict[str, Any], dict[str, Any], bytes]] = {
             "content": [{"type": "text", "text": "yo"}],
             "stop_reason": "end_turn",
             "usage": {"input_tokens": 3, "output_tokens": 1},
+            **ANTHROPIC_TOKENS,
         },
         named(
             (
                 "message_start",
-                {"type": "message_start", "message": {"id": "m", "content": [], "usage": {"input_tokens": 3}}},
+                {
+                    "type": "message_start",
+                    "message": {"id": "m", "content": [], "usage": {"input_tokens": 3}, "prompt_token_ids": [1, 2, 3]},
+                },
             ),
             (
                 "content_block_delta",
@@ -133,7 +147,12 @@ CALLS: dict[str, tuple[str, dict[str, Any], dict[str, Any], bytes]] = {
             ),
             (
                 "message_delta",
-                {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}},
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": 1},
+                    **ANTHROPIC_TOKENS,
+                },
             ),
             ("message_stop", {"type": "message_stop"}),
         ),
@@ -175,9 +194,10 @@ async def test_every_kind_the_addon_builds_is_read_by_the_daemon(
     assert stored == rec
     assert (rec.api, rec.stream, rec.error) == (kind, streamed, None)
     assert rec.complete, rec.warnings
-    if kind in ("openai_chat", "openai_completions"):
+    if kind != "other":
         assert rec.prompt_token_ids and rec.completion_token_ids and rec.completion_logprobs
-        assert rec.injected == ("return_token_ids", "logprobs")
+        flag = "top_logprobs" if kind == "openai_responses" else "logprobs"
+        assert rec.injected == ("return_token_ids", flag)
     else:
         assert rec.prompt_token_ids is None and rec.injected == ()
     if streamed:

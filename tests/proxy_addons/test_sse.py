@@ -163,12 +163,20 @@ def test_anthropic_stream_reassembly() -> None:
         ),
         (
             "message_delta",
-            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 7}},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 7},
+                "token_ids": [4, 5],
+                "logprobs": {"content": [{"logprob": -1.0}, {"logprob": -2.0}]},
+            },
         ),
         ("message_stop", {"type": "message_stop"}),
     )
     final, finished = assemble_stream("anthropic_messages", text)
     assert finished
+    # The token record rides on the final message_delta (the embedded server's extension).
+    assert final["token_ids"] == [4, 5] and len(final["logprobs"]["content"]) == 2
     assert final["content"][0] == {"type": "text", "text": "Hello"}
     assert final["content"][1]["input"] == {"p": "/"}
     assert final["stop_reason"] == "tool_use"
@@ -217,6 +225,9 @@ def test_responses_stream_takes_the_completed_response() -> None:
     assert finished and final["status"] == "completed" and final["output"] == [{"type": "message"}]
     partial, done = assemble_stream("openai_responses", text[: text.index("event: response.completed")])
     assert not done and partial["status"] == "in_progress"
+    # Cut short by max_output_tokens is still a finished stream.
+    incomplete = text.replace("response.completed", "response.incomplete")
+    assert assemble_stream("openai_responses", incomplete)[1]
 
 
 def test_other_apis_are_not_assembled() -> None:

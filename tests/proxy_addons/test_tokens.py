@@ -83,8 +83,14 @@ def test_flags_added_only_where_taken_and_absent() -> None:
     comp: dict[str, Any] = {"prompt": "x", "logprobs": 2}
     assert inject_token_flags("openai_completions", comp) == ["return_token_ids"] and comp["logprobs"] == 2
     assert inject_token_flags("openai_completions", {"prompt": "x"}) == ["return_token_ids", "logprobs"]
-    for api in ("anthropic_messages", "openai_responses", "other"):
-        assert inject_token_flags(api, dict(CHAT_BODY)) == []
+    anthropic: dict[str, Any] = {"model": "m", "messages": []}
+    assert inject_token_flags("anthropic_messages", anthropic) == ["return_token_ids", "logprobs"]
+    assert anthropic["logprobs"] is True
+    responses: dict[str, Any] = {"model": "m", "input": "hi", "top_logprobs": 3}
+    assert inject_token_flags("openai_responses", responses) == ["return_token_ids"]
+    assert responses["top_logprobs"] == 3
+    assert inject_token_flags("openai_responses", {"input": "x"}) == ["return_token_ids", "top_logprobs"]
+    assert inject_token_flags("other", dict(CHAT_BODY)) == []
     assert inject_token_flags("openai_chat", ["not", "an", "object"]) == []
 
 
@@ -97,5 +103,27 @@ def test_flags_spliced_into_the_raw_body() -> None:
     assert add_fields(b"[1]", {"a": 1}) is None
     same = b'{"model": "m", "return_token_ids": false, "logprobs": false}'
     assert with_token_flags("openai_chat", same, json.loads(same)) == (same, [])
-    anthropic = b'{"model": "m"}'
-    assert with_token_flags("anthropic_messages", anthropic, json.loads(anthropic))[0] is anthropic
+    other = b'{"model": "m"}'
+    assert with_token_flags("other", other, json.loads(other))[0] is other
+
+
+def test_anthropic_and_responses_tokens_are_one_completion() -> None:
+    anthropic = {
+        "stop_reason": "tool_use",
+        "prompt_token_ids": [1, 2],
+        "token_ids": [7, 8],
+        "logprobs": {"content": [{"logprob": -0.5}, {"logprob": -1.0}]},
+    }
+    t = extract_tokens("anthropic_messages", anthropic)
+    assert t.prompt_token_ids == [1, 2] and t.finish_reason == "tool_use"
+    assert t.completions == [{"index": 0, "token_ids": [7, 8], "logprobs": [-0.5, -1.0], "finish_reason": "tool_use"}]
+    message = {"type": "message", "content": [{"type": "output_text", "logprobs": [{"logprob": -0.25}]}]}
+    responses = {"status": "completed", "prompt_token_ids": [3], "token_ids": [9], "output": [message]}
+    t = extract_tokens("openai_responses", responses)
+    assert t.completions == [{"index": 0, "token_ids": [9], "logprobs": [-0.25], "finish_reason": "completed"}]
+    # A top-level list covers every sampled token (tool calls too) and wins.
+    t = extract_tokens("openai_responses", {**responses, "logprobs": [{"logprob": -2.0}]})
+    assert t.completions[0]["logprobs"] == [-2.0]
+    # Mismatched lengths: the ids stay, the logprobs go, with a warning.
+    t = extract_tokens("anthropic_messages", {**anthropic, "token_ids": [7]})
+    assert t.completions[0]["token_ids"] == [7] and t.completions[0]["logprobs"] is None and t.warnings

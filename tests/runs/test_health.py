@@ -42,3 +42,15 @@ def test_each_fault_is_said_in_words() -> None:
         "embedded model",
     ):
         assert needle in text, needle
+
+
+def test_a_harness_on_the_wall_clock_is_said_and_a_probe_disagreeing_wins() -> None:
+    simulated = {"harness": {"harness": "claude-code", "process_clock": "simulated"}}
+    assert run_warnings(simulated) == []
+    wall = {"harness": {"harness": "codex", "process_clock": "wall"}}
+    assert run_warnings(wall) == [
+        "the codex process itself reads the wall clock (a static executable libfaketime cannot reach); "
+        "the commands it runs see simulated time"
+    ]
+    disagree = {"harness": {"harness": "x", "process_clock": "simulated", "warning": "x is declared to read ..."}}
+    assert run_warnings(disagree) == ["x is declared to read ..."]

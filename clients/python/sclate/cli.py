@@ -142,7 +142,13 @@ def cmd_runs_create(args: argparse.Namespace, client: Client) -> int:
         agent=pb.AgentSpec(
             harness=args.harness,
             memory=args.memory or "",
-            model=pb.ModelEndpoint(base_url=args.model_url or "", api=args.model_api or "", model=args.model or ""),
+            model=pb.ModelEndpoint(
+                base_url=args.model_url or "",
+                api=args.model_api or "",
+                model=args.model or "",
+                api_key_env=args.model_key_env or "",
+                skip_token_ids=bool(args.model_no_token_ids),
+            ),
         ),
         clock=pb.ClockSpec(mode=pb.ClockMode.Value(args.clock.upper()), rate=args.rate or 0.0),
         labels={k: str(v) for k, v in _kv(args.label, "--label").items()},
@@ -530,6 +536,8 @@ def cmd_agents_list(args: argparse.Namespace, client: Client) -> int:
         print(f"{a.name} {a.version}: {a.description}")
         print(f"    {where}; speaks: {', '.join(a.wire_apis) or '-'}; memory: {', '.join(a.memory_systems)}")
         print(f"    capabilities: {', '.join(a.capabilities) or '-'}")
+        if a.process_clock:
+            print(f"    its own process reads the {a.process_clock} clock")
     return 0
 
 
@@ -611,9 +619,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--benchmark-option", action="append", metavar="KEY=VALUE")
     c.add_argument("--harness", required=True)
     c.add_argument("--memory")
-    c.add_argument("--model-url")
+    c.add_argument("--model-url", help="the agent's model endpoint (default: the daemon's embedded model)")
     c.add_argument("--model-api", choices=("openai", "anthropic"))
-    c.add_argument("--model")
+    c.add_argument("--model", help="the model name the harness asks the endpoint for")
+    c.add_argument(
+        "--model-key-env",
+        metavar="NAME",
+        help="the NAME of the daemon's environment variable holding the endpoint's API key",
+    )
+    c.add_argument(
+        "--model-no-token-ids",
+        action="store_true",
+        help="the endpoint refuses token-id request fields (a hosted API): capture calls without token ids",
+    )
     c.add_argument("--agent-option", action="append", metavar="KEY=VALUE")
     c.add_argument("--clock", choices=("hybrid", "realtime", "discrete"), default="hybrid")
     c.add_argument("--start", help="simulated start time (ISO 8601)")

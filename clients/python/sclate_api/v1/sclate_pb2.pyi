@@ -55,14 +55,18 @@ class BenchmarkSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., scenario: _Optional[str] = ..., data_dir: _Optional[str] = ..., subset: _Optional[_Iterable[str]] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ModelEndpoint(_message.Message):
-    __slots__ = ("base_url", "api", "model")
+    __slots__ = ("base_url", "api", "model", "api_key_env", "skip_token_ids")
     BASE_URL_FIELD_NUMBER: _ClassVar[int]
     API_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_ENV_FIELD_NUMBER: _ClassVar[int]
+    SKIP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     base_url: str
     api: str
     model: str
-    def __init__(self, base_url: _Optional[str] = ..., api: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    api_key_env: str
+    skip_token_ids: bool
+    def __init__(self, base_url: _Optional[str] = ..., api: _Optional[str] = ..., model: _Optional[str] = ..., api_key_env: _Optional[str] = ..., skip_token_ids: _Optional[bool] = ...) -> None: ...
 
 class Resources(_message.Message):
     __slots__ = ("memory_bytes", "cpus", "pids")
@@ -246,7 +250,7 @@ class JudgeInfo(_message.Message):
     def __init__(self, endpoint: _Optional[str] = ..., model: _Optional[str] = ..., embedded: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
 
 class RunResults(_message.Message):
-    __slots__ = ("score", "rounds", "rounds_graded", "round_scores", "scheduler", "calls", "report_path", "plot_path", "capture", "judges", "warnings")
+    __slots__ = ("score", "rounds", "rounds_graded", "round_scores", "scheduler", "calls", "report_path", "plot_path", "capture", "judges", "warnings", "harness")
     SCORE_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_GRADED_FIELD_NUMBER: _ClassVar[int]
@@ -258,6 +262,7 @@ class RunResults(_message.Message):
     CAPTURE_FIELD_NUMBER: _ClassVar[int]
     JUDGES_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    HARNESS_FIELD_NUMBER: _ClassVar[int]
     score: float
     rounds: int
     rounds_graded: int
@@ -269,7 +274,24 @@ class RunResults(_message.Message):
     capture: CaptureStats
     judges: _containers.RepeatedCompositeFieldContainer[JudgeInfo]
     warnings: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, score: _Optional[float] = ..., rounds: _Optional[int] = ..., rounds_graded: _Optional[int] = ..., round_scores: _Optional[_Iterable[_Union[RoundScore, _Mapping]]] = ..., scheduler: _Optional[_Union[SchedulerStats, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[RoleUsage, _Mapping]]] = ..., report_path: _Optional[str] = ..., plot_path: _Optional[str] = ..., capture: _Optional[_Union[CaptureStats, _Mapping]] = ..., judges: _Optional[_Iterable[_Union[JudgeInfo, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+    harness: HarnessProcess
+    def __init__(self, score: _Optional[float] = ..., rounds: _Optional[int] = ..., rounds_graded: _Optional[int] = ..., round_scores: _Optional[_Iterable[_Union[RoundScore, _Mapping]]] = ..., scheduler: _Optional[_Union[SchedulerStats, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[RoleUsage, _Mapping]]] = ..., report_path: _Optional[str] = ..., plot_path: _Optional[str] = ..., capture: _Optional[_Union[CaptureStats, _Mapping]] = ..., judges: _Optional[_Iterable[_Union[JudgeInfo, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., harness: _Optional[_Union[HarnessProcess, _Mapping]] = ...) -> None: ...
+
+class HarnessProcess(_message.Message):
+    __slots__ = ("name", "version", "process_clock", "executable", "linked", "probed_clock")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_CLOCK_FIELD_NUMBER: _ClassVar[int]
+    EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
+    LINKED_FIELD_NUMBER: _ClassVar[int]
+    PROBED_CLOCK_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    process_clock: str
+    executable: str
+    linked: str
+    probed_clock: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., process_clock: _Optional[str] = ..., executable: _Optional[str] = ..., linked: _Optional[str] = ..., probed_clock: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("name", "benchmark", "agent", "clock", "labels", "state", "state_reason", "create_time", "start_time", "end_time", "sim_time", "last_event_seq", "results", "parent")
@@ -489,7 +511,7 @@ class ListBenchmarksResponse(_message.Message):
     def __init__(self, benchmarks: _Optional[_Iterable[_Union[Benchmark, _Mapping]]] = ...) -> None: ...
 
 class Agent(_message.Message):
-    __slots__ = ("name", "description", "sandboxed", "memory_systems", "version", "wire_apis", "capabilities", "image")
+    __slots__ = ("name", "description", "sandboxed", "memory_systems", "version", "wire_apis", "capabilities", "image", "process_clock")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SANDBOXED_FIELD_NUMBER: _ClassVar[int]
@@ -498,6 +520,7 @@ class Agent(_message.Message):
     WIRE_APIS_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_CLOCK_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     sandboxed: bool
@@ -506,7 +529,8 @@ class Agent(_message.Message):
     wire_apis: _containers.RepeatedScalarFieldContainer[str]
     capabilities: _containers.RepeatedScalarFieldContainer[str]
     image: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., sandboxed: _Optional[bool] = ..., memory_systems: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., wire_apis: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., image: _Optional[str] = ...) -> None: ...
+    process_clock: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., sandboxed: _Optional[bool] = ..., memory_systems: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., wire_apis: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., image: _Optional[str] = ..., process_clock: _Optional[str] = ...) -> None: ...
 
 class ListAgentsRequest(_message.Message):
     __slots__ = ()
