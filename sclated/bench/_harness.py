@@ -48,16 +48,40 @@ _BENCH_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+def _text(content: Any) -> str:
+    """A message's content as one text: a string, or its text blocks (chat parts,
+    Anthropic text blocks, Responses input/output text) joined; other blocks (tool
+    use and results, images) by their repr, so a change in them is still seen."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return repr(content)
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, Mapping) and block.get("type") in ("text", "input_text", "output_text"):
+            parts.append(str(block.get("text", "")))
+        else:
+            parts.append(repr(block))
+    return "\n".join(parts)
+
+
 def _conversation(record: Mapping[str, Any]) -> list[tuple[str, str]] | None:
+    """The user and assistant messages of a call's request, in order, whatever its API
+    (chat and Anthropic ``messages``, Responses ``input`` items); None without any."""
     request = record.get("request")
-    messages = request.get("messages") if isinstance(request, Mapping) else None
+    if not isinstance(request, Mapping):
+        return None
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        messages = request.get("input")
+        if isinstance(messages, str):
+            return [("user", messages)]
     if not isinstance(messages, list):
         return None
     out: list[tuple[str, str]] = []
     for m in messages:
-        if isinstance(m, Mapping) and m.get("role") in ("user", "assistant"):
-            content = m.get("content")
-            out.append((str(m["role"]), content if isinstance(content, str) else repr(content)))
+        if isinstance(m, Mapping) and m.get("role") in ("user", "assistant") and m.get("type", "message") == "message":
+            out.append((str(m["role"]), _text(m.get("content"))))
     return out
 
 
@@ -120,6 +144,23 @@ def _first_calls(
     return out, (groups if sessions is not None else None)
 
 
+def _tokens_per_turn(calls: Sequence[Mapping[str, Any]], turns: int) -> dict[str, dict[str, float]]:
+    """Per role: calls, prompt and completion tokens per turn (means), and the median prompt."""
+    out: dict[str, dict[str, float]] = {}
+    for role in sorted({str(c.get("role")) for c in calls}):
+        mine = [c for c in calls if str(c.get("role")) == role]
+        prompts = [len(c["prompt_token_ids"]) for c in mine]
+        completions = [sum(len(x.get("token_ids") or []) for x in c.get("completions") or []) for c in mine]
+        per = max(turns, 1)
+        out[role] = {
+            "calls_per_turn": round(len(mine) / per, 2),
+            "prompt_tokens_per_turn": round(sum(prompts) / per, 1),
+            "completion_tokens_per_turn": round(sum(completions) / per, 1),
+            "prompt_tokens_p50": _p50(prompts),
+        }
+    return out
+
+
 def _p50(xs: Sequence[float]) -> float:
     return float(statistics.median(xs)) if xs else 0.0
 
@@ -175,6 +216,9 @@ def harness_figures(
         "out_of_order": int(s.get("out_of_order", 0)),
         "early_deliveries": int(s.get("early_deliveries", 0)),
         "prompt_tokens_p50": _p50([len(c["prompt_token_ids"]) for c in with_ids if c.get("role") == "agent"]),
+        # The first main call's prompt: the harness's system prompt, tools and first message.
+        "first_prompt_tokens": next((len(c["prompt_token_ids"]) for c in agent if c.get("prompt_token_ids")), 0),
+        "tokens_per_turn_by_role": _tokens_per_turn(with_ids, len(turns)),
         "failed_by_cause": dict(run.get("failed_by_cause") or {}),
         "targets": HARNESS_TARGETS,
     }

@@ -99,3 +99,48 @@ def test_a_per_call_note_and_an_annotated_newest_message_are_not_breaks() -> Non
     # Dropping a real message is still a break.
     lost = [("user", "other"), ("assistant", "a1"), ("user", "q2"), ("user", "<<<CONTEXT>>>")]
     assert not session_continuity([call("agent", 0, 1, first), call("agent", 2, 3, lost)])
+
+
+def _anthropic(messages: list[tuple[str, str]]) -> dict[str, Any]:
+    rec = call("agent", 0, 1, [])
+    rec["request"] = {
+        "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": r, "content": [{"type": "text", "text": t}]} for r, t in messages],
+    }
+    return rec
+
+
+def _responses(messages: list[tuple[str, str]]) -> dict[str, Any]:
+    rec = call("agent", 0, 1, [])
+    kind = {"user": "input_text", "assistant": "output_text"}
+    rec["request"] = {
+        "instructions": "sys",
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "perms"}]},
+            *({"type": "message", "role": r, "content": [{"type": kind[r], "text": t}]} for r, t in messages),
+            {"type": "function_call", "name": "shell", "call_id": "c", "arguments": "{}"},
+        ],
+    }
+    return rec
+
+
+def test_continuity_reads_anthropic_and_responses_requests() -> None:
+    for make in (_anthropic, _responses):
+        assert session_continuity([make(FIRST), make(SECOND)]), make.__name__
+        restarted = [make(SECOND), make([("user", "a new conversation")])]
+        assert not session_continuity(restarted), make.__name__
+
+
+def test_tokens_per_turn_by_role_and_the_first_prompt() -> None:
+    calls = [call("agent", 100, 300, FIRST), call("agent", 1100, 1200, SECOND), call("aux", 1300, 1400, [])]
+    calls[0]["prompt_token_ids"] = list(range(9000))
+    out = harness_figures("h", RUN, [(0, 1000 * MS), (1000 * MS, 2000 * MS)], [], calls)
+    assert out["first_prompt_tokens"] == 9000
+    by_role = out["tokens_per_turn_by_role"]
+    assert by_role["agent"] == {
+        "calls_per_turn": 1.0,
+        "prompt_tokens_per_turn": 4501.5,
+        "completion_tokens_per_turn": 1.0,
+        "prompt_tokens_p50": 4501.5,
+    }
+    assert by_role["aux"]["calls_per_turn"] == 0.5
