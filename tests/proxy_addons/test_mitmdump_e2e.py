@@ -28,6 +28,7 @@ SECRET = "e2e-secret"
 RUN = "run-e2e"
 KEY = f"sk-sclate-{RUN}-{SECRET}"
 REAL = "upstream-real-key"
+RUN_MODEL = "the-runs-model"
 
 pytestmark = pytest.mark.skipif(not MITMDUMP.exists(), reason="mitmdump not installed")
 
@@ -138,7 +139,14 @@ async def stack(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Upstream,
     up_port = free_port()
     await web.TCPSite(runner, "127.0.0.1", up_port).start()
     agent_port, memory_port = free_port(), free_port()
-    env = dict(os.environ, SCLATE_RUN_SECRET=SECRET, SCLATE_UPSTREAM_API_KEY=REAL)
+    # As sclated gives them: the key in a file of the run's mount, the run's model by name.
+    (d / "upstream.key").write_text(REAL + "\n")
+    env = dict(
+        os.environ,
+        SCLATE_RUN_SECRET=SECRET,
+        SCLATE_UPSTREAM_API_KEY_FILE=str(d / "upstream.key"),
+        SCLATE_RUN_MODEL=RUN_MODEL,
+    )
     # A file, not a pipe nobody reads: a full pipe would stall mitmdump.
     log = open(d / "mitmdump.log", "wb")  # noqa: SIM115 (tmpfs, before any I/O)
     proc = await asyncio.create_subprocess_exec(
@@ -260,3 +268,19 @@ async def test_real_mitmdump_records_streamed_and_plain_calls(
             break
         await asyncio.sleep(0.05)
     assert left == []
+
+
+async def test_a_role_model_is_that_roles_call_asking_for_the_runs_model(
+    stack: tuple[Upstream, FakeDaemon, int, int, Path],
+) -> None:
+    upstream, daemon, agent_port, _, _ = stack
+    body = {"model": "sclate-role-memory", "messages": [{"role": "user", "content": "summarize"}]}
+    async with aiohttp.ClientSession() as http, http.post(
+        f"http://127.0.0.1:{agent_port}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {KEY}"}
+    ) as r:
+        assert r.status == 200
+    ((headers, sent),) = upstream.requests
+    assert sent["model"] == RUN_MODEL and headers["Authorization"] == f"Bearer {REAL}"
+    (rec,) = await wait_records(daemon, 1)
+    # Arrived on the agent listener, attributed to the role its model names.
+    assert rec.role == "memory" and rec.model == RUN_MODEL and "model" in rec.injected
