@@ -23,6 +23,8 @@ class HarnessEntry:
 
 
 def _entries() -> tuple[HarnessEntry, ...]:
+    from adapters.codex import DECLARATION as CODEX
+    from adapters.codex import CodexHarness
     from adapters.hermes import DECLARATION as HERMES
     from adapters.hermes import HermesHarness
     from adapters.openclaw import DECLARATION as OPENCLAW
@@ -34,6 +36,7 @@ def _entries() -> tuple[HarnessEntry, ...]:
         HarnessEntry(REFERENCE, ReferenceHarness),
         HarnessEntry(HERMES, HermesHarness),
         HarnessEntry(OPENCLAW, OpenClawHarness),
+        HarnessEntry(CODEX, CodexHarness),
     )
 
 
@@ -42,6 +45,7 @@ HARNESSES: tuple[HarnessEntry, ...] = _entries()
 
 def register_harness_images() -> None:
     """Make the image builder know every harness's image (importing a harness registers it)."""
+    from adapters.codex.image import register_image as codex_image
     from adapters.hermes.image import register_image as hermes_image
     from adapters.openclaw.image import register_image as openclaw_image
     from adapters.reference_harness.image import register_image as reference_image
@@ -49,3 +53,4 @@ def register_harness_images() -> None:
     reference_image()
     hermes_image()
     openclaw_image()
+    codex_image()
