@@ -20,8 +20,10 @@ and changes no Codex file it does not own; it only
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -206,26 +208,38 @@ def read_events(stdout: str) -> dict[str, Any]:
 
 
 def _run(argv: list[str], *, timeout_s: float) -> dict[str, Any]:
+    """Run Codex to its end, or end it past ``timeout_s``.
+
+    ``codex`` is a Node launcher that runs the native binary as its child: the
+    whole process group is ended, or the binary would live on, still streaming
+    from the model and holding its thread's writer lock (the next ``resume``
+    of that thread would be refused)."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=WORKDIR if os.path.isdir(WORKDIR) else None,
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            cwd=WORKDIR if os.path.isdir(WORKDIR) else None,
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        return {
-            "exit_code": -1,
-            "stdout": (exc.stdout or b"").decode(errors="replace"),
-            "stderr": f"timed out after {timeout_s:g} s",
-        }
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _end_group(proc)
+        out, _ = proc.communicate()
+        return {"exit_code": -1, "stdout": out.decode(errors="replace"), "stderr": f"timed out after {timeout_s:g} s"}
+    finally:
+        _end_group(proc)  # anything Codex left running in its group (a command it started)
     return {
         "exit_code": proc.returncode,
-        "stdout": proc.stdout.decode(errors="replace"),
-        "stderr": proc.stderr.decode(errors="replace"),
+        "stdout": out.decode(errors="replace"),
+        "stderr": err.decode(errors="replace"),
     }
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def exec_argv(text: str, thread: str | None) -> list[str]:

@@ -43,6 +43,10 @@ say({"type": "thread.started", "thread_id": thread})
 say({"type": "item.completed", "item": {"id": "item_0", "type": "error", "message": "Model metadata not found"}})
 say({"type": "turn.started"})
 if prompt == "sleep":
+    # Like the real launcher: the program that streams is a child of the process run.
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    (home / "child.pid").write_text(str(child.pid))
     time.sleep(30)
 if prompt == "fail":
     say({"type": "error", "message": "unexpected status 400 Bad Request: bad input"})
@@ -250,8 +254,20 @@ async def test_a_turn_past_its_timeout_ends_with_an_error(fake_home: dict[str, s
         assert end["exit_code"] == -1 and "timed out after 0.5 s" in end["error"]
         # The thread it started is still the session's: the next message resumes it.
         assert end["codex_thread"] == "0199-thread-5"
+        # Codex's own child ended with it (else it would hold the thread's writer lock).
+        pid = int((Path(fake_home["CODEX_HOME"]) / "child.pid").read_text())
+        assert _gone(pid), f"codex's child {pid} outlived the timeout"
     finally:
         await t.close()
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (absent, or a zombie no one reaped yet)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
 
 
 # -- the harness's driver over the bridge -----------------------------------------------------
