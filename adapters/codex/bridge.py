@@ -167,8 +167,10 @@ def _sessions() -> dict[str, str]:
 
 def read_events(stdout: str) -> dict[str, Any]:
     """What Codex's ``--json`` events say of one turn: its thread, the last agent
-    message, the usage, and errors (a failed turn, an error event)."""
-    thread_id, reply, usage, errors, items = None, "", None, [], 0
+    message, the usage, why a turn failed (``turn.failed``) and notices (``error`` events)."""
+    thread_id, reply, usage, items = None, "", None, 0
+    errors: list[str] = []
+    notices: list[str] = []
     failed = False
     for line in stdout.splitlines():
         line = line.strip()
@@ -195,13 +197,15 @@ def read_events(stdout: str) -> dict[str, Any]:
             err = event.get("error")
             errors.append(str(err.get("message") if isinstance(err, dict) else err))
         elif kind == "error":
-            failed = True
-            errors.append(str(event.get("message") or event))
+            # A notice, not the end: Codex also says so while it reconnects
+            # ("Reconnecting... waiting for network"); a turn that fails says turn.failed.
+            notices.append(str(event.get("message") or event))
     return {
         "thread_id": thread_id,
         "reply": reply,
         "usage": usage,
         "errors": errors,
+        "notices": notices,
         "failed": failed,
         "items": items,
     }
@@ -270,7 +274,11 @@ def turn(text: str, session: str, *, timeout_s: float) -> dict[str, Any]:
         "usage": events["usage"],
     }
     if proc["exit_code"] != 0 or events["failed"]:
-        why = "; ".join(events["errors"]) or proc["stderr"].strip()[-_TAIL:] or proc["stdout"].strip()[-_TAIL:]
+        why = (
+            "; ".join(events["errors"] or events["notices"][-3:])
+            or proc["stderr"].strip()[-_TAIL:]
+            or proc["stdout"].strip()[-_TAIL:]
+        )
         out["error"] = why or f"codex exited with {proc['exit_code']}"
     return out
 

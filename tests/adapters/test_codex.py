@@ -202,6 +202,9 @@ def test_read_events_takes_the_last_agent_message() -> None:
     assert out["failed"] is False and out["items"] == 3
     failed = bridge.read_events(json.dumps({"type": "turn.failed", "error": {"message": "stream disconnected"}}))
     assert failed["failed"] is True and failed["errors"] == ["stream disconnected"]
+    # An error event alone is a notice (Codex reconnecting), not a failed turn.
+    notice = bridge.read_events(json.dumps({"type": "error", "message": "Reconnecting... waiting for network"}))
+    assert notice["failed"] is False and notice["notices"] == ["Reconnecting... waiting for network"]
 
 
 def test_exec_argv_ends_options_before_the_prompt() -> None:

@@ -1,0 +1,179 @@
+"""The Codex CLI, unmodified, for real: a daemon process, the sclate-codex sandbox,
+the embedded model serving the Responses API, capture, simulated days, and a
+snapshot branched with Codex's own session intact."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
+
+from sclated.bench import start_daemon_process
+from sclated.store import Store
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
+
+# Codex's first prompt is ~4,800 tokens (its instructions and two shell tools).
+N_CTX = ("--model-n-ctx", "16384")
+# Codex sends no output bound and has no setting for one: a small model that rambles
+# is stopped by the turn timeout (the bridge ends Codex; the turn records the error).
+FAST: dict[str, Any] = {"turn_timeout_s": 60}
+
+
+def _user_texts(record: dict[str, Any]) -> list[str]:
+    """The user messages of a Responses request, Codex's environment context and the
+    workspace's AGENTS.md (which Codex sends as user messages) left out."""
+    request = record.get("request") or {}
+    out: list[str] = []
+    for item in request.get("input", []) if isinstance(request, dict) else []:
+        if not isinstance(item, dict) or item.get("type", "message") != "message" or item.get("role") != "user":
+            continue
+        content = item.get("content")
+        if isinstance(content, list):
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        if isinstance(content, str) and not content.startswith(("<environment_context>", "# AGENTS.md instructions")):
+            out.append(content)
+    return out
+
+
+async def _calls(state: Path, run: str) -> list[dict[str, Any]]:
+    store = Store(state / "sclated.db")
+    await store.open()
+    try:
+        calls = await store.calls(run)
+    finally:
+        await store.close()
+    # In the order they were made (the store keeps the order records arrived in).
+    return sorted(calls, key=lambda c: c["timings"]["start_ns"])
+
+
+def _check_calls(calls: list[dict[str, Any]]) -> None:
+    assert calls
+    # The only egress is the model path: every call Codex made is a Responses call.
+    assert all(c["method"] == "POST" and c["api"] == "openai_responses" for c in calls), [
+        (c["method"], c["api"]) for c in calls
+    ]
+    assert all(c["role"] == "agent" for c in calls)
+    # Every call in tokens: its prompt always; its completion when the turn was not cut
+    # short (Codex sets no output bound, so a rambling answer runs until the turn
+    # timeout ends Codex and the call is aborted).
+    assert all(c["prompt_token_ids"] for c in calls)
+    finished = [c for c in calls if c["error"] is None]
+    assert finished and all(c["completions"] and c["completions"][0]["token_ids"] for c in finished)
+
+
+async def test_metaclaw_tiny_with_codex(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    proc, ready = await start_daemon_process(state, *N_CTX)
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=["day01", "day02"]),
+                agent=pb.AgentSpec(harness="codex"),
+            )
+            run.agent.options.update({**FAST, "session_scope": "run"})
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="codex-mc"))
+            async for _ in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
+                pass
+            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
+            assert final.state == pb.SUCCEEDED, final.state_reason
+            r = final.results
+            s = r.scheduler
+            assert s.events_fired == s.events_scheduled and s.in_order
+            assert s.deliveries == s.deliveries_checked > 0
+            assert s.out_of_order == 0 and s.early_deliveries == 0 and s.negative_delays == 0
+            cap = r.capture
+            assert cap.calls_lost == 0 and cap.calls_unleased == 0 and cap.drain == "ok", cap
+        calls = await _calls(state, "local/codex-mc")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+    _check_calls(calls)
+    # One Codex thread for the run (session_scope=run): the last call, on day 2,
+    # still carries day 1's first message, sent once and kept as history.
+    first = _user_texts(calls[0])[-1]
+    assert first in _user_texts(calls[-1])[:-1]
+    threads = {c["request"].get("prompt_cache_key") for c in calls}
+    assert len(threads) == 1, threads
+
+
+async def _first_turn_ended(stub: pb_grpc.SclateStub, name: str) -> None:
+    async for ev in stub.WatchRun(pb.WatchRunRequest(name=name)):
+        if ev.WhichOneof("kind") == "turn" and ev.turn.phase == "ended":
+            return
+        if ev.WhichOneof("kind") == "state":
+            assert ev.state.state in (pb.PENDING, pb.RUNNING), ev.state.reason
+    raise AssertionError("the run ended before its first turn did")
+
+
+async def _names(*names: str) -> AsyncIterator[str]:
+    for name in names:
+        yield name
+
+
+async def _final(stub: pb_grpc.SclateStub, name: str) -> pb.Run:
+    async for _ in stub.WatchRun(pb.WatchRunRequest(name=name)):
+        pass
+    run: pb.Run = await stub.GetRun(pb.GetRunRequest(name=name))
+    return run
+
+
+async def test_longmemeval_tiny_with_codex_snapshot_and_branch(tmp_path: Path) -> None:
+    """session_scope=run: every haystack session and the question in one Codex thread.
+    A snapshot after the first turn: the branch resumes that thread from the restored
+    CODEX_HOME (``codex exec resume``)."""
+    state = tmp_path / "state"
+    proc, ready = await start_daemon_process(state, *N_CTX)
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
+                agent=pb.AgentSpec(harness="codex"),
+            )
+            run.agent.options.update({**FAST, "session_scope": "run"})
+            src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="codex-lme"))
+            await _first_turn_ended(stub, src.name)
+            snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
+            branch = await stub.RestoreSnapshot(
+                pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="codex-lme-br")
+            )
+            done_src = await _final(stub, src.name)
+            done_branch = await _final(stub, branch.name)
+            errors = [
+                (name, ev.turn.round_id, ev.turn.harness_error)
+                async for name in _names(src.name, branch.name)
+                async for ev in stub.WatchRun(pb.WatchRunRequest(name=name))
+                if ev.WhichOneof("kind") == "turn" and ev.turn.harness_error
+            ]
+            for done in (done_src, done_branch):
+                assert done.state == pb.SUCCEEDED, done.state_reason
+                assert done.results.rounds_graded == done.results.rounds >= 1
+                assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
+            src_calls = await _calls(state, "local/codex-lme")
+            branch_calls = await _calls(state, "local/codex-lme-br")
+            # Deleting the runs removes their snapshot image (nothing left on the engine).
+            for name in (branch.name, src.name):
+                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+    for calls in (src_calls, branch_calls):
+        _check_calls(calls)
+    # Every turn reached the model and ended (a turn Codex failed would say why here).
+    assert not errors, errors
+    first_text = _user_texts(src_calls[0])[-1]
+    kept = {c["call_id"] for c in src_calls}
+    branch_own = [c for c in branch_calls if c["call_id"] not in kept]
+    assert branch_own and len(branch_own) < len(branch_calls)
+    # The branch's first call of its own resumes the Codex thread the snapshot kept:
+    # the message from before the snapshot is in its history, not sent anew.
+    assert first_text in _user_texts(branch_own[0])[:-1]
+    assert branch_own[0]["request"]["prompt_cache_key"] == src_calls[0]["request"]["prompt_cache_key"]
