@@ -45,6 +45,9 @@ _BENCH_OPTIONS: dict[str, dict[str, Any]] = {
     # MetaClaw's upstream protocol (a seeded session per day), and a daily job of its own.
     "openclaw": {"cron_jobs": [{"schedule": "0 13 * * *", "message": "Say the word tick.", "name": "bench-daily"}]},
     "reference": {"max_steps": 3},
+    # One thread (session) across the run's days.
+    "codex": {"session_scope": "run"},
+    "claude-code": {"session_scope": "run"},
 }
 
 
@@ -238,12 +241,17 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
     from sclate_api.v1 import sclate_pb2 as pb
     from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
+    from adapters.harnesses import HARNESSES
     from sclated.bench._cli import end_group
     from sclated.bench._daemon import reap_daemon_sandboxes, start_daemon_process
     from sclated.store import Store
 
     harness = args.harness
-    options = {**_BENCH_OPTIONS.get(harness, {}), "max_tokens": args.max_tokens}
+    declared = {h.declaration.name: h.declaration.options for h in HARNESSES}
+    options = dict(_BENCH_OPTIONS.get(harness, {}))
+    if "max_tokens" in declared.get(harness, frozenset()):
+        # Codex has no output bound to set: its turns are bounded by time only.
+        options["max_tokens"] = args.max_tokens
     with tempfile.TemporaryDirectory(prefix="sclate-bench-harness-") as tmp:
         state = Path(tmp) / "state"
         state.mkdir()
