@@ -46,10 +46,18 @@ class Call:
         if hints.thread:
             self.thread, self.thread_source = hints.thread, "header"
 
-    def read_request(self, raw: bytes, request_tokens: bool, roles: Collection[str] = (), run_model: str = "") -> bytes:
+    def read_request(
+        self,
+        raw: bytes,
+        request_tokens: bool,
+        roles: Collection[str] = (),
+        run_model: str = "",
+        output_bound: int = 0,
+    ) -> bytes:
         """Note the request body; returns the body to forward (with the token
-        flags when ``request_tokens``; a role's model name replaced by
-        ``run_model``, the call then attributed to that role)."""
+        flags when ``request_tokens``; an output bound of ``output_bound`` tokens
+        when the call sets none; a role's model name replaced by ``run_model``,
+        the call then attributed to that role)."""
         self.body_hash = hashlib.sha256(raw).hexdigest()
         body = _sse.json_or_none(raw.decode("utf-8", "replace")) if raw else None
         if not self.thread:
@@ -62,8 +70,10 @@ class Call:
             body["model"] = run_model
             forward = json.dumps(body, ensure_ascii=False).encode()
             self.injected.append("model")
-        if request_tokens:
-            forward, added = _tokens.with_token_flags(self.api, forward, body)
+        if request_tokens or output_bound:
+            forward, added = _tokens.with_token_flags(
+                self.api, forward, body, output_bound, token_flags=request_tokens
+            )
             self.injected.extend(added)
         self.request_body = body if body is not None or not raw else raw.decode("utf-8", "replace")
         return forward

@@ -131,6 +131,26 @@ def inject_token_flags(api: str, body: Any) -> list[str]:
     return added
 
 
+OUTPUT_BOUND_KEYS: dict[str, tuple[str, ...]] = {
+    # The key that bounds a call's output, and the spellings that already do.
+    "openai_chat": ("max_tokens", "max_completion_tokens"),
+    "openai_completions": ("max_tokens",),
+    "anthropic_messages": ("max_tokens",),
+    "openai_responses": ("max_output_tokens",),
+}
+
+
+def inject_output_bound(api: str, body: Any, limit: int) -> list[str]:
+    """Bound a call's output at ``limit`` tokens when it sets no bound (in ``body``);
+    returns the key added. For a harness that sends none and has no setting for one
+    (Codex): a small model would otherwise sample until its context is full."""
+    keys = OUTPUT_BOUND_KEYS.get(api)
+    if limit <= 0 or not keys or not isinstance(body, dict) or any(body.get(k) is not None for k in keys):
+        return []
+    body[keys[0]] = limit
+    return [keys[0]]
+
+
 def add_fields(raw: bytes, fields: dict[str, Any]) -> bytes | None:
     """``raw``, a JSON object, with ``fields`` (absent from it) put first, the
     rest left as it was: re-serialising a long conversation costs milliseconds.
@@ -143,11 +163,14 @@ def add_fields(raw: bytes, fields: dict[str, Any]) -> bytes | None:
     return b"{" + added + (b"" if rest.lstrip().startswith(b"}") else b", ") + rest
 
 
-def with_token_flags(api: str, raw: bytes, body: Any) -> tuple[bytes, list[str]]:
+def with_token_flags(
+    api: str, raw: bytes, body: Any, output_bound: int = 0, *, token_flags: bool = True
+) -> tuple[bytes, list[str]]:
     """The request body to forward, asking for token ids and logprobs where the
-    API takes them and the caller did not set them, and the keys added.
+    API takes them and the caller did not set them (and bounding its output at
+    ``output_bound`` tokens when it sets no bound), and the keys added.
     ``body`` is ``raw`` parsed (None when it is not JSON); it gets the keys too."""
-    added = inject_token_flags(api, body)
+    added = (inject_token_flags(api, body) if token_flags else []) + inject_output_bound(api, body, output_bound)
     if not added:
         return raw, added
     spliced = add_fields(raw, {k: body[k] for k in added})

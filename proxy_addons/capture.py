@@ -30,6 +30,10 @@ completions ``logprobs``, Anthropic messages ``logprobs``, Responses
 (``prompt_token_ids``, ``token_ids``, ``logprobs``) which clients ignore; the
 response itself is never modified by this addon.
 
+``SCLATE_OUTPUT_BOUND=N`` (a harness's environment: the proxy runs in its
+container) bounds the output of a call that sets no bound at N tokens, the key
+recorded in ``injected`` (Codex sends none and has no setting for one).
+
 A call asking for model ``sclate-role-<role>`` is attributed to that role and
 forwarded asking for the run's model (``sclate_run_model``).
 
@@ -124,6 +128,7 @@ class SclateCapture:
         self.spool = Spool(DEFAULT_SPOOL)
         self.request_tokens = True
         self.run_model = ""
+        self.output_bound = 0
         self.role_names: frozenset[str] = frozenset()
         self.lease_timeout_s = 0.5
         self.send_timeout_s = 5.0
@@ -156,6 +161,8 @@ class SclateCapture:
         self.roles = parse_roles(o.sclate_roles or env.get("SCLATE_ROLES", ""))
         self.role_names = frozenset(self.roles.values())
         self.run_model = o.sclate_run_model or env.get("SCLATE_RUN_MODEL", "")
+        bound = env.get("SCLATE_OUTPUT_BOUND", "0").strip()
+        self.output_bound = int(bound) if bound.isdigit() else 0
         self.secret = o.sclate_run_secret or env.get("SCLATE_RUN_SECRET", "")
         self.upstream_key = (
             o.sclate_upstream_key
@@ -244,7 +251,7 @@ class SclateCapture:
         if call is None:
             return
         raw = flow.request.content or b""
-        forward = call.read_request(raw, self.request_tokens, self.role_names, self.run_model)
+        forward = call.read_request(raw, self.request_tokens, self.role_names, self.run_model, self.output_bound)
         if forward is not raw:
             flow.request.content = forward
         call.retry_of = self._failed.get((call.thread, call.body_hash))

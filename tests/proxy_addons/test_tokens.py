@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy_addons import record
-from proxy_addons._tokens import add_fields, extract_tokens, inject_token_flags, with_token_flags
+from proxy_addons._tokens import add_fields, extract_tokens, inject_output_bound, inject_token_flags, with_token_flags
 from tests.proxy_addons.harness import CHAT_BODY, VLLM_CHAT_RESPONSE
 
 
@@ -127,3 +127,16 @@ def test_anthropic_and_responses_tokens_are_one_completion() -> None:
     # Mismatched lengths: the ids stay, the logprobs go, with a warning.
     t = extract_tokens("anthropic_messages", {**anthropic, "token_ids": [7]})
     assert t.completions[0]["token_ids"] == [7] and t.completions[0]["logprobs"] is None and t.warnings
+
+
+def test_an_output_bound_is_added_only_where_none_is_set() -> None:
+    assert inject_output_bound("openai_responses", {"input": "x"}, 96) == ["max_output_tokens"]
+    bounded: dict[str, Any] = {"input": "x", "max_output_tokens": 5}
+    assert inject_output_bound("openai_responses", bounded, 96) == [] and bounded["max_output_tokens"] == 5
+    assert inject_output_bound("openai_chat", {"max_completion_tokens": 5}, 96) == []
+    assert inject_output_bound("openai_chat", {"max_tokens": None}, 96) == ["max_tokens"]
+    assert inject_output_bound("openai_responses", {"input": "x"}, 0) == []  # off
+    assert inject_output_bound("other", {}, 96) == []
+    raw = b'{"input": "x"}'
+    out, added = with_token_flags("openai_responses", raw, json.loads(raw), 96, token_flags=False)
+    assert added == ["max_output_tokens"] and json.loads(out) == {"input": "x", "max_output_tokens": 96}
