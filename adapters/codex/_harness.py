@@ -18,8 +18,10 @@ across the whole run.
 The model endpoint is a Codex model provider in ``config.toml`` (wire API
 ``responses``, the capture proxy's agent listener, the run's key in an
 environment variable). Codex sends no output bound (no ``max_output_tokens``)
-and has no setting for one, so ``max_tokens`` is not an option: a turn is
-bounded by ``turn_timeout_s``.
+and has no setting for one: the ``max_tokens`` option (default 1024, 0 for
+none) is put on each call by the capture proxy (``SCLATE_OUTPUT_BOUND``; the
+record lists it in ``injected``), so a small model that never stops is cut
+there rather than at ``turn_timeout_s``.
 
 Clock: the Codex executable is a static (musl) binary, so libfaketime does
 not reach it (``process_clock="wall"``); the commands it runs see simulated
@@ -83,7 +85,15 @@ DECLARATION = HarnessDeclaration(
     capabilities=frozenset({Capability.CONSOLIDATE}),
     state_dirs=("/workspace", "/memory"),
     options=frozenset(
-        {"turn_timeout_s", "session_scope", "context_window", "auto_compact_token_limit", "keep_tools", "show_date"}
+        {
+            "turn_timeout_s",
+            "session_scope",
+            "context_window",
+            "auto_compact_token_limit",
+            "keep_tools",
+            "show_date",
+            "max_tokens",
+        }
     ),
     workspace_memory=("AGENTS.md",),
     version=CODEX_VERSION,
@@ -137,6 +147,10 @@ class CodexHarness:
             "keep_tools": _keep_tools(options),
             "show_date": _flag(options, "show_date"),
         }
+        # Codex sends no output bound and has no setting for one: the capture proxy
+        # (which runs in the same container, with this environment) adds
+        # max_output_tokens to a call that has none, recorded as injected. 0: no bound.
+        self._output_bound = int(number_option(options, "max_tokens", 1024, 0, 131_072))
         self._bridge = BridgeDriver("Codex", BRIDGE)
         self._session = "default"
 
@@ -148,6 +162,7 @@ class CodexHarness:
             "SCLATE_API_KEY": endpoints.api_key,
             "SCLATE_MODEL": endpoints.model,
             "SCLATE_CODEX_SETTINGS": json.dumps(self._settings, sort_keys=True),
+            "SCLATE_OUTPUT_BOUND": str(self._output_bound),
         }
 
     async def start(self, sandbox: SandboxAccess) -> None:

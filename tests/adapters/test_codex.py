@@ -135,6 +135,8 @@ def test_the_optional_tools_are_the_bridges() -> None:
         ({"keep_tools": ["apply_patch_everywhere"]}, "keep_tools"),
         ({"keep_tools": "web_search,maps"}, "keep_tools"),
         ({"show_date": "yes"}, "show_date"),
+        ({"max_tokens": -1}, "max_tokens"),
+        ({"max_tokens": "many"}, "max_tokens"),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(options: dict[str, Any], field: str) -> None:
@@ -154,6 +156,9 @@ def test_environment_points_codex_at_the_agent_listener() -> None:
     settings = json.loads(env["SCLATE_CODEX_SETTINGS"])
     assert settings["keep_tools"] == ["web_search"] and settings["auto_compact_token_limit"] == 4000
     assert settings["show_date"] is False and settings["context_window"] == 16384
+    # Codex sets no output bound: the capture proxy in its container adds one.
+    assert env["SCLATE_OUTPUT_BOUND"] == "1024"
+    assert CodexHarness({"max_tokens": 0}).environment(ep)["SCLATE_OUTPUT_BOUND"] == "0"
 
 
 # -- the bridge against a test double of codex ---------------------------------------------
