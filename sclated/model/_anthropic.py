@@ -60,9 +60,15 @@ def parse_anthropic_messages(f: Fields) -> list[ChatMessage]:
         role = m.opt_str("role")
         if role is None:
             raise m.missing("role")
-        if role not in ("user", "assistant"):
-            raise InvalidArgument(f"'{m.name('role')}' must be 'user' or 'assistant'", field=m.name("role"))
+        if role not in ("user", "assistant", "system"):
+            raise InvalidArgument(f"'{m.name('role')}' must be 'user', 'assistant' or 'system'", field=m.name("role"))
         content = m.data.get("content")
+        if role == "system":
+            # A system message inside the conversation (Claude Code puts its environment
+            # and "Today's date is ..." there, after the first user message): kept where
+            # it was sent, so the prompt is the conversation as the harness wrote it.
+            out.append(ChatMessage("system", text_of(content, m.name("content"))))
+            continue
         if isinstance(content, str):
             out.append(ChatMessage(role, content))
             continue
