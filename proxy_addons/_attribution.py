@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
+from proxy_addons import _branch_hints
 from proxy_addons.record import ApiKind
 
 KEY_PREFIX = "sk-sclate-"
@@ -104,12 +105,15 @@ class Hints:
 
 
 def hints(header: Header) -> Hints:
+    """The ``x-sclate-*`` headers; where they are silent, the harness's own marks
+    (Codex's sub-agent headers, see :mod:`proxy_addons._branch_hints`)."""
     turn = header("x-sclate-turn")
+    own_branch, own_parent = _branch_hints.from_headers(header)
     return Hints(
         thread=header("x-sclate-thread") or None,
         turn=int(turn) if turn and turn.strip().lstrip("-").isdigit() else None,
-        parent_thread=header("x-sclate-parent-thread") or None,
-        branch_hint=header("x-sclate-branch") or None,
+        parent_thread=header("x-sclate-parent-thread") or own_parent,
+        branch_hint=header("x-sclate-branch") or own_branch,
     )
 
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from proxy_addons import _attribution, _sse, _tokens
+from proxy_addons import _attribution, _branch_hints, _sse, _tokens
 from proxy_addons.record import SCHEMA_VERSION, ApiKind, Chunk, Record, Timings
 
 
@@ -62,6 +62,8 @@ class Call:
         body = _sse.json_or_none(raw.decode("utf-8", "replace")) if raw else None
         if not self.thread:
             self.thread = _attribution.derive_thread(self.api, body)
+        if self.branch_hint is None:
+            self.branch_hint = _branch_hints.from_body(self.api, body)
         forward = raw
         role = _attribution.model_role(body, roles)
         if role is not None and run_model and isinstance(body, dict):
@@ -71,9 +73,7 @@ class Call:
             forward = json.dumps(body, ensure_ascii=False).encode()
             self.injected.append("model")
         if request_tokens or output_bound:
-            forward, added = _tokens.with_token_flags(
-                self.api, forward, body, output_bound, token_flags=request_tokens
-            )
+            forward, added = _tokens.with_token_flags(self.api, forward, body, output_bound, token_flags=request_tokens)
             self.injected.extend(added)
         self.request_body = body if body is not None or not raw else raw.decode("utf-8", "replace")
         return forward
