@@ -23,6 +23,8 @@ class HarnessEntry:
 
 
 def _entries() -> tuple[HarnessEntry, ...]:
+    from adapters.claude_code import DECLARATION as CLAUDE_CODE
+    from adapters.claude_code import ClaudeCodeHarness
     from adapters.codex import DECLARATION as CODEX
     from adapters.codex import CodexHarness
     from adapters.hermes import DECLARATION as HERMES
@@ -37,6 +39,7 @@ def _entries() -> tuple[HarnessEntry, ...]:
         HarnessEntry(HERMES, HermesHarness),
         HarnessEntry(OPENCLAW, OpenClawHarness),
         HarnessEntry(CODEX, CodexHarness),
+        HarnessEntry(CLAUDE_CODE, ClaudeCodeHarness),
     )
 
 
@@ -45,6 +48,7 @@ HARNESSES: tuple[HarnessEntry, ...] = _entries()
 
 def register_harness_images() -> None:
     """Make the image builder know every harness's image (importing a harness registers it)."""
+    from adapters.claude_code.image import register_image as claude_code_image
     from adapters.codex.image import register_image as codex_image
     from adapters.hermes.image import register_image as hermes_image
     from adapters.openclaw.image import register_image as openclaw_image
@@ -54,3 +58,4 @@ def register_harness_images() -> None:
     hermes_image()
     openclaw_image()
     codex_image()
+    claude_code_image()

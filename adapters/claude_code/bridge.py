@@ -22,8 +22,10 @@ started afresh next time instead of resuming a session that does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,28 +56,41 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _run(argv: list[str], *, timeout_s: float) -> dict[str, Any]:
+    """Run Claude Code to its end, or end it past ``timeout_s``.
+
+    Its own process group is ended either way: a command its Bash tool left
+    running in the background would otherwise outlive the turn (and a timed-out
+    Claude Code would keep streaming from the model and writing its transcript
+    while the next message resumes it)."""
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             cwd=WORKDIR if os.path.isdir(WORKDIR) else None,
-            timeout=timeout_s,
-            check=False,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired as exc:
-        return {
-            "exit_code": -1,
-            "stdout": (exc.stdout or b"").decode(errors="replace"),
-            "stderr": f"timed out after {timeout_s:g} s",
-        }
     except OSError as exc:
         return {"exit_code": -2, "stdout": "", "stderr": f"cannot run {argv[0]}: {exc}"}
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _end_group(proc)
+        out, _ = proc.communicate()
+        return {"exit_code": -1, "stdout": out.decode(errors="replace"), "stderr": f"timed out after {timeout_s:g} s"}
+    finally:
+        _end_group(proc)
     return {
         "exit_code": proc.returncode,
-        "stdout": proc.stdout.decode(errors="replace"),
-        "stderr": proc.stderr.decode(errors="replace"),
+        "stdout": out.decode(errors="replace"),
+        "stderr": err.decode(errors="replace"),
     }
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def setup() -> dict[str, Any]:
@@ -140,7 +155,6 @@ def _argv(text: str, settings: dict[str, Any]) -> list[str]:
         "--tools",
         ",".join(settings["tools"]),
     ]
-    # Its own settings sources only: no user-level hooks or plugins from outside the run.
     return argv
 
 
@@ -213,7 +227,7 @@ def serve(settings: dict[str, Any]) -> int:
     return 0
 
 
-DEFAULTS: dict[str, Any] = {"turn_timeout_s": 1800, "max_turns": 8, "tools": ["Read", "Write", "Edit"]}
+DEFAULTS: dict[str, Any] = {"turn_timeout_s": 1800, "max_turns": 8, "tools": ["Bash", "Read", "Write", "Edit"]}
 
 
 def main(argv: list[str]) -> int:
