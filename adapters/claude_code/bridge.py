@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ def _run(argv: list[str], *, timeout_s: float) -> dict[str, Any]:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=WORKDIR if os.path.isdir(WORKDIR) else None,
+            env=claude_env(os.environ),
             start_new_session=True,
         )
     except OSError as exc:
@@ -86,6 +88,18 @@ def _run(argv: list[str], *, timeout_s: float) -> dict[str, Any]:
         "stdout": out.decode(errors="replace"),
         "stderr": err.decode(errors="replace"),
     }
+
+
+def claude_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment for Claude Code, less libfaketime's shared state.
+
+    libfaketime (``LD_PRELOAD``, the sandbox's simulated clock) hands its
+    semaphore to child processes in ``FAKETIME_SHARED``. The Claude Code binary
+    cannot open an inherited one (its ``sem_open`` fails, and libfaketime then
+    exits the process before ``main``), but it runs fine as the creator of its
+    own; the clock itself comes from the timestamp file either way, so nothing
+    of simulated time is lost."""
+    return {k: v for k, v in environ.items() if k != "FAKETIME_SHARED"}
 
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:

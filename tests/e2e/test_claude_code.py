@@ -1,0 +1,225 @@
+"""Claude Code, unmodified, for real: a daemon process, the sclate-claude-code sandbox,
+the embedded model serving the Anthropic Messages API, capture, simulated days
+(libfaketime reaches the Claude Code binary: the date it shows the model is the
+simulated one), and a snapshot branched with Claude Code's own session intact."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
+
+from sclated.bench import start_daemon_process
+from sclated.store import Store
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
+
+# Claude Code's first prompt is ~4,000 tokens (its system prompt and four tools).
+N_CTX = ("--model-n-ctx", "16384")
+# A small bound per call (Claude Code's CLAUDE_CODE_MAX_OUTPUT_TOKENS) and few agentic
+# steps per message keep a small model's turn short on two cores.
+FAST: dict[str, Any] = {"turn_timeout_s": 150, "max_tokens": 256, "max_turns": 3}
+# How a turn may fail without the substrate being at fault: the model ran out of
+# agentic steps or of the turn's time.
+MODEL_LIMITS = ("error_max_turns", "timed out after")
+# Its date line, and the reminder it adds to a resumed session when the day changed.
+DATE_SHOWN = re.compile(r"Today's date is (?:now )?(\d{4}-\d{2}-\d{2})")
+
+
+def _texts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"]
+
+
+def _user_texts(record: dict[str, Any]) -> list[str]:
+    """The user's own words in a Messages request: Claude Code's reminders
+    (``<system-reminder>`` blocks: CLAUDE.md, the date, its context) left out."""
+    request = record.get("request") or {}
+    out: list[str] = []
+    for m in request.get("messages", []) if isinstance(request, dict) else []:
+        if isinstance(m, dict) and m.get("role") == "user":
+            out.extend(t for t in _texts(m.get("content")) if t.strip() and not t.lstrip().startswith("<"))
+    return out
+
+
+def _dates_shown(record: dict[str, Any]) -> list[str]:
+    """Every date Claude Code told the model, in the order of the request."""
+    request = record.get("request") or {}
+    found: list[str] = []
+    for t in _texts(request.get("system")):
+        found.extend(DATE_SHOWN.findall(t))
+    for m in request.get("messages", []):
+        if isinstance(m, dict):
+            for t in _texts(m.get("content")):
+                found.extend(DATE_SHOWN.findall(t))
+    return found
+
+
+async def _calls(state: Path, run: str) -> list[dict[str, Any]]:
+    store = Store(state / "sclated.db")
+    await store.open()
+    try:
+        calls = await store.calls(run)
+    finally:
+        await store.close()
+    return sorted(calls, key=lambda c: c["timings"]["start_ns"])
+
+
+def _check_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every call is a Messages call, in tokens; returns the agent's."""
+    assert calls
+    # The only egress is the model path: every call Claude Code made is a Messages call.
+    assert all(c["method"] == "POST" and c["api"] == "anthropic_messages" for c in calls), [
+        (c["method"], c["api"], c["path"]) for c in calls
+    ]
+    # Its main tier is the agent's; its background tier (sclate-role-aux) the aux role's.
+    assert {c["role"] for c in calls} <= {"agent", "aux"}
+    for c in calls:
+        if c["role"] == "aux":
+            assert "model" in c["injected"]
+    assert all(c["prompt_token_ids"] for c in calls)
+    finished = [c for c in calls if c["error"] is None]
+    assert finished and all(c["completions"] and c["completions"][0]["token_ids"] for c in finished)
+    agent = [c for c in calls if c["role"] == "agent"]
+    assert agent
+    return agent
+
+
+def _check_simulated_date(calls: list[dict[str, Any]]) -> set[str]:
+    """The date Claude Code last told the model is the simulated day of the call, not
+    the wall one (a resumed session on a later day gets its "date has changed" line).
+    Returns the days seen."""
+    wall = dt.datetime.now(dt.UTC).date().isoformat()
+    days: set[str] = set()
+    for c in calls:
+        shown = _dates_shown(c)
+        if not shown:
+            continue
+        simulated = dt.datetime.fromtimestamp(c["timings"]["start_ns"] / 1e9, dt.UTC).date().isoformat()
+        assert simulated != wall, "the scenario's days fall on today's date: the check would prove nothing"
+        assert shown[-1] == simulated, (shown, simulated)
+        days.add(simulated)
+    assert days, "no call showed Claude Code's date line"
+    return days
+
+
+async def test_metaclaw_tiny_with_claude_code(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    proc, ready = await start_daemon_process(state, *N_CTX)
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=["day01", "day02"]),
+                agent=pb.AgentSpec(harness="claude-code"),
+            )
+            run.agent.options.update({**FAST, "session_scope": "run"})
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="cc-mc"))
+            async for _ in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
+                pass
+            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
+            assert final.state == pb.SUCCEEDED, final.state_reason
+            r = final.results
+            assert r.harness.name == "claude-code" and r.harness.process_clock == "simulated"
+            assert r.harness.probed_clock == "simulated", r.harness
+            s = r.scheduler
+            assert s.events_fired == s.events_scheduled and s.in_order
+            assert s.deliveries == s.deliveries_checked > 0
+            assert s.out_of_order == 0 and s.early_deliveries == 0 and s.negative_delays == 0
+            cap = r.capture
+            assert cap.calls_lost == 0 and cap.calls_unleased == 0 and cap.drain == "ok", cap
+        calls = await _calls(state, "local/cc-mc")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+    agent = _check_calls(calls)
+    # Two days in one session: the second day's calls were told the new date.
+    assert len(_check_simulated_date(agent)) == 2
+    # One Claude Code session for the run (session_scope=run): the last call, on day 2,
+    # still carries day 1's first message, sent once and kept as history.
+    first = _user_texts(agent[0])[0]
+    assert first in _user_texts(agent[-1])[:-1]
+    assert len({c["thread"] for c in agent}) == 1, {c["thread"] for c in agent}
+
+
+async def _first_turn_ended(stub: pb_grpc.SclateStub, name: str) -> None:
+    async for ev in stub.WatchRun(pb.WatchRunRequest(name=name)):
+        if ev.WhichOneof("kind") == "turn" and ev.turn.phase == "ended":
+            return
+        if ev.WhichOneof("kind") == "state":
+            assert ev.state.state in (pb.PENDING, pb.RUNNING), ev.state.reason
+    raise AssertionError("the run ended before its first turn did")
+
+
+async def _names(*names: str) -> AsyncIterator[str]:
+    for name in names:
+        yield name
+
+
+async def _final(stub: pb_grpc.SclateStub, name: str) -> pb.Run:
+    async for _ in stub.WatchRun(pb.WatchRunRequest(name=name)):
+        pass
+    run: pb.Run = await stub.GetRun(pb.GetRunRequest(name=name))
+    return run
+
+
+async def test_longmemeval_tiny_with_claude_code_snapshot_and_branch(tmp_path: Path) -> None:
+    """session_scope=run: every haystack session and the question in one Claude Code
+    session. A snapshot after the first turn: the branch resumes that session from
+    the restored CLAUDE_CONFIG_DIR (``--resume``)."""
+    state = tmp_path / "state"
+    proc, ready = await start_daemon_process(state, *N_CTX)
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
+                agent=pb.AgentSpec(harness="claude-code"),
+            )
+            run.agent.options.update({**FAST, "session_scope": "run"})
+            src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="cc-lme"))
+            await _first_turn_ended(stub, src.name)
+            snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
+            branch = await stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="cc-lme-br"))
+            done_src = await _final(stub, src.name)
+            done_branch = await _final(stub, branch.name)
+            errors = [
+                (name, ev.turn.round_id, ev.turn.harness_error)
+                async for name in _names(src.name, branch.name)
+                async for ev in stub.WatchRun(pb.WatchRunRequest(name=name))
+                if ev.WhichOneof("kind") == "turn" and ev.turn.harness_error
+            ]
+            for done in (done_src, done_branch):
+                assert done.state == pb.SUCCEEDED, done.state_reason
+                assert done.results.rounds_graded == done.results.rounds >= 1
+                assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
+            src_calls = await _calls(state, "local/cc-lme")
+            branch_calls = await _calls(state, "local/cc-lme-br")
+            for name in (branch.name, src.name):
+                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+    src_agent = _check_calls(src_calls)
+    branch_agent = _check_calls(branch_calls)
+    # Every turn reached the model; a turn may only have failed by a model limit.
+    assert all(any(limit in why for limit in MODEL_LIMITS) for _, _, why in errors), errors
+    first_text = _user_texts(src_agent[0])[0]
+    kept = {c["call_id"] for c in src_calls}
+    branch_own = [c for c in branch_agent if c["call_id"] not in kept]
+    assert branch_own and len(branch_own) < len(branch_agent)
+    # The branch's first call of its own resumes the Claude Code session the snapshot
+    # kept: the message from before the snapshot is in its history, not sent anew.
+    assert first_text in _user_texts(branch_own[0])[:-1]
+    assert branch_own[0]["thread"] == src_agent[0]["thread"]
