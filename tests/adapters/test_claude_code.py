@@ -282,6 +282,22 @@ def test_parse_stream_takes_the_result_and_counts_events() -> None:
     assert bridge.parse_stream("") == {"result": None, "session_id": "", "events": {}}
 
 
+def test_claude_code_runs_as_the_creator_of_its_own_libfaketime_state() -> None:
+    # Claude Code exits before main when handed libfaketime's inherited semaphore:
+    # everything else of the environment (the preload and the clock file) reaches it.
+    bridge = _bridge_module()
+    environ = {
+        "LD_PRELOAD": "/usr/local/lib/faketime/libfaketime.so.1",
+        "FAKETIME_TIMESTAMP_FILE": "/run/sclate/time/faketime.rc",
+        "FAKETIME_SHARED": "/faketime_sem_7 /faketime_shm_7",
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:4001",
+    }
+    env = bridge.claude_env(environ)
+    assert "FAKETIME_SHARED" not in env
+    assert env == {k: v for k, v in environ.items() if k != "FAKETIME_SHARED"}
+    assert "FAKETIME_SHARED" in environ  # the bridge's own environment is left as it was
+
+
 # -- the bridge against a test double of claude ---------------------------------------------
 
 
