@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sclated.capture import failure_cause
+
 __all__ = ["HARNESS_TARGETS", "bench_harness", "continuity_breaks", "harness_figures", "session_continuity"]
 
 HARNESS_TARGETS: dict[str, float] = {"delivery_delay_ms_p50": 50.0, "delivery_delay_ms_max": 250.0}
@@ -223,6 +225,12 @@ def harness_figures(
         "first_prompt_tokens": next((len(c["prompt_token_ids"]) for c in agent if c.get("prompt_token_ids")), 0),
         "tokens_per_turn_by_role": _tokens_per_turn(with_ids, len(turns)),
         "failed_by_cause": dict(run.get("failed_by_cause") or {}),
+        # What the failed calls said (the first ten): a cause alone does not say whose fault.
+        "failed_calls": [
+            {"cause": cause, **{k: c.get(k) for k in ("role", "status", "error", "complete", "path")}}
+            for c in posts
+            if (cause := failure_cause(c)) is not None
+        ][:10],
         "targets": HARNESS_TARGETS,
     }
     misses = [k for k, bound in HARNESS_TARGETS.items() if out[k] > bound]
@@ -250,7 +258,8 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
     declared = {h.declaration.name: h.declaration.options for h in HARNESSES}
     options = dict(_BENCH_OPTIONS.get(harness, {}))
     if "max_tokens" in declared.get(harness, frozenset()):
-        # Codex has no output bound to set: its turns are bounded by time only.
+        # Every harness that takes an output bound gets the same one (Codex's is put
+        # on its calls by the capture proxy, Claude Code's is its own setting).
         options["max_tokens"] = args.max_tokens
     with tempfile.TemporaryDirectory(prefix="sclate-bench-harness-") as tmp:
         state = Path(tmp) / "state"

@@ -18,6 +18,9 @@ def call(role: str, start_ms: int, end_ms: int, messages: list[tuple[str, str]],
         "prompt_token_ids": [1, 2, 3] if ids else None,
         "completions": [{"token_ids": [4] if ids else None}],
         "timings": {"start_ns": start_ms * MS, "end_ns": end_ms * MS},
+        "status": 200,
+        "complete": True,
+        "error": None,
     }
 
 
@@ -35,6 +38,17 @@ def test_good_records_meet_the_targets() -> None:
     assert out["harness_overhead_ms_p50"] == 850.0 and out["harness_overhead_ms_max"] == 900.0
     assert out["crons_fired"] == 1 and out["session_continuity"] is True
     assert out["calls_by_role"] == {"agent": 2, "memory": 1}
+    assert out["failed_calls"] == []
+
+
+def test_failed_calls_say_what_went_wrong() -> None:
+    cut = {**call("agent", 1100, 1200, SECOND), "complete": False, "error": "client disconnected"}
+    refused = {**call("agent", 1300, 1400, SECOND, ids=False), "status": 400, "error": "bad request"}
+    out = harness_figures("h", RUN, [], [], [call("agent", 100, 300, FIRST), cut, refused])
+    assert [(c["cause"], c["error"]) for c in out["failed_calls"]] == [
+        ("aborted", "client disconnected"),
+        ("rejected", "bad request"),
+    ]
 
 
 def test_a_call_without_token_ids_misses() -> None:
