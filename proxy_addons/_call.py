@@ -107,8 +107,14 @@ class Call:
         (None without one; ignored for a stream, whose chunks were kept),
         ``error`` when the flow failed."""
         warnings: list[str] = []
-        complete = error is None and status is not None and status < 400
         body, finished = self.response_body(raw)
+        if error is not None and finished and self.streamed and _client_left(error):
+            # Codex closes its connection as soon as it has read a response's final
+            # event, sometimes before the proxy sees the stream end: the call was
+            # answered in full (the final event went through), so it is not a failure.
+            warnings.append(f"the client left after the final event ({error})")
+            error = None
+        complete = error is None and status is not None and status < 400
         if self.streamed and self.api != "other" and not finished:
             complete = False
             if error is None:
@@ -150,3 +156,8 @@ class Call:
             unleased=self.unleased,
             warnings=warnings,
         )
+
+
+def _client_left(error: str) -> bool:
+    """Whether a flow's error is the client closing its side (mitmproxy's words)."""
+    return "client disconnected" in error.lower()

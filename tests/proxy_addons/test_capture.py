@@ -256,6 +256,39 @@ async def test_cut_stream_then_retry_is_marked_and_not_a_sample(harness: Harness
     assert [s.call_ids for s in traj.samples] == [(third.call_id,)]
 
 
+async def test_a_client_that_left_after_the_final_event_made_a_whole_call(harness: Harness, daemon: FakeDaemon) -> None:
+    # Codex drops its connection once it has read response.completed/incomplete,
+    # sometimes before the stream's end reaches the proxy.
+    body = dict(CHAT_BODY, stream=True)
+    f = harness.flow(body)
+    await harness.send(f)
+    stream = harness.start_sse(f)
+    stream(
+        sse(
+            {
+                "id": "c",
+                "prompt_token_ids": [1, 2],
+                "choices": [{"index": 0, "token_ids": [5], "finish_reason": "stop"}],
+            },
+            "[DONE]",
+        )
+    )
+    f.error = tflow.terr("Client disconnected.")
+    harness.addon.error(f)
+    # The same client leaving before the final event: a cut call, as before.
+    f2 = harness.flow(dict(body, temperature=0.3))
+    await harness.send(f2)
+    harness.start_sse(f2)(sse({"id": "d", "prompt_token_ids": [1, 2], "choices": [{"index": 0, "token_ids": [5]}]}))
+    f2.error = tflow.terr("Client disconnected.")
+    harness.addon.error(f2)
+    await harness.addon.flush()
+
+    whole, cut = sorted(await daemon.records(), key=lambda r: r.timings.start_ns)
+    assert whole.complete and whole.error is None
+    assert any("client left after the final event" in w for w in whole.warnings)
+    assert not cut.complete and cut.error == "Client disconnected."
+
+
 # -- delivery ---------------------------------------------------------------------------
 
 
