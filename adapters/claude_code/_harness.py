@@ -37,8 +37,11 @@ time (tests/e2e/test_claude_code.py checks the date the model is shown).
 Differences from a person running Claude Code: a lean tool set by default
 (``tools``: Bash, Read, Write, Edit; ``"default"`` gives Claude Code's own
 set, which does not fit a small model's context), an output bound per call
-(``max_tokens``, Claude Code's ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``), auto-compact
-sized to the served context (``context_window``), a cap on agentic steps per
+(``max_tokens``, Claude Code's ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``), its
+auto-compact window set to the served context (``context_window``; whether
+Claude Code honours a window this small is not established: runs up to 8,900
+tokens did not compact; ``autocompact_pct``, its
+``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE``, made it compact), a cap on agentic steps per
 message (``max_turns``), and no update check, telemetry, error reports,
 feature-flag fetches or other non-essential traffic.
 """
@@ -83,7 +86,9 @@ DECLARATION = HarnessDeclaration(
     wire_apis=frozenset({"anthropic_messages"}),
     capabilities=frozenset({Capability.CONSOLIDATE}),
     state_dirs=("/workspace", "/memory"),
-    options=frozenset({"turn_timeout_s", "session_scope", "max_turns", "tools", "max_tokens", "context_window"}),
+    options=frozenset(
+        {"turn_timeout_s", "session_scope", "max_turns", "tools", "max_tokens", "context_window", "autocompact_pct"}
+    ),
     workspace_memory=("CLAUDE.md",),
     version=CLAUDE_CODE_VERSION,
     executable="/opt/claude-code/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
@@ -132,6 +137,9 @@ class ClaudeCodeHarness:
         }
         self._max_tokens = int(number_option(options, "max_tokens", 1024, 1, 131_072))
         self._context_window = int(number_option(options, "context_window", 16384, 2048, 2_000_000))
+        # Claude Code's own threshold knob (a percentage of the window it assumes).
+        pct = options.get("autocompact_pct")
+        self._autocompact_pct = None if pct is None else int(number_option(options, "autocompact_pct", 0, 1, 100))
         self._bridge = BridgeDriver("Claude Code", BRIDGE)
         self._session = "default"
 
@@ -156,6 +164,11 @@ class ClaudeCodeHarness:
             # Auto-compact sized to what the endpoint serves (Claude Code assumes a
             # hosted model's window for a model name it does not know).
             "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(self._context_window),
+            **(
+                {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": str(self._autocompact_pct)}
+                if self._autocompact_pct is not None
+                else {}
+            ),
             # Nothing but the model path leaves the sandbox (the image sets the rest).
             "CLAUDE_CODE_DISABLE_FEATURE_FLAGS": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",

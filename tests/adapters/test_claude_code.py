@@ -257,6 +257,12 @@ def test_environment_points_claude_code_at_the_agent_listener() -> None:
     assert env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == env["ANTHROPIC_SMALL_FAST_MODEL"] == "sclate-role-aux"
     assert env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "777"
     assert env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "32768"
+    assert "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE" not in env
+    forced = ClaudeCodeHarness({"autocompact_pct": 3}).environment(ep)
+    assert forced["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"] == "3"
+    with pytest.raises(InvalidArgument) as err:
+        ClaudeCodeHarness({"autocompact_pct": 0})
+    assert err.value.field == "run.agent.options.autocompact_pct"
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     settings = json.loads(env["SCLATE_CLAUDE_CODE_SETTINGS"])
     assert settings == {"max_turns": 5, "tools": ["Bash", "Read", "Write", "Edit"], "turn_timeout_s": 90}

@@ -94,3 +94,17 @@ def test_a_call_records_the_hint_read_from_its_body() -> None:
     call.with_hints(_attribution.Hints(branch_hint="fork"))
     call.read_request(json.dumps(body).encode(), request_tokens=False)
     assert call.branch_hint == "fork"
+
+
+def test_a_recorded_claude_code_request_after_compaction() -> None:
+    # Recorded from Claude Code 2.1.332 in a real sclate run that compacted
+    # (autocompact_pct=3): the first call of the session it continued with.
+    import json
+    from pathlib import Path
+
+    body = json.loads((Path(__file__).parent / "fixtures" / "claude_code_after_compaction.json").read_text())
+    assert _branch_hints.from_body("anthropic_messages", body) == "compaction"
+    # The same call with the compaction summary taken out reads as an ordinary one.
+    first = body["messages"][0]
+    first["content"] = [b for b in first["content"] if _branch_hints.CLAUDE_CODE_COMPACTED not in b.get("text", "")]
+    assert _branch_hints.from_body("anthropic_messages", body) is None
