@@ -227,7 +227,8 @@ def test_bad_options_are_refused_naming_the_option(options: dict[str, Any], fiel
 
 def _settings(h: ClaudeCodeHarness) -> dict[str, Any]:
     ep = ProxyEndpoints("http://a", "http://m", "http://x", "k", "m")
-    return json.loads(h.environment(ep)["SCLATE_CLAUDE_CODE_SETTINGS"])
+    settings: dict[str, Any] = json.loads(h.environment(ep)["SCLATE_CLAUDE_CODE_SETTINGS"])
+    return settings
 
 
 def test_tools_are_a_list_a_comma_text_or_default() -> None:

@@ -47,7 +47,7 @@ def test_a_claude_code_session_after_compaction_is_recognised_by_its_first_messa
 
 def test_a_codex_history_rebuilt_after_compaction() -> None:
     summary = "Another language model started to solve this problem and produced a summary of its thinking."
-    body = {
+    body: dict[str, Any] = {
         "instructions": "You are Codex",
         "input": [
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>"}]},
