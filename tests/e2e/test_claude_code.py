@@ -22,7 +22,7 @@ from sclated.store import Store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
-# Claude Code's first prompt is ~4,000 tokens (its system prompt and four tools).
+# Claude Code's first prompt is ~4,450 tokens (its system prompt and four tools).
 N_CTX = ("--model-n-ctx", "16384")
 # A small bound per call (Claude Code's CLAUDE_CODE_MAX_OUTPUT_TOKENS) and few agentic
 # steps per message keep a small model's turn short on two cores.
