@@ -5,7 +5,6 @@ snapshot branched with Codex's own session intact."""
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,8 @@ from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench import start_daemon_process
-from sclated.store import Store
+
+from ._runs import final, first_turn_ended, stored_calls, turn_errors
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
@@ -44,17 +44,6 @@ def _user_texts(record: dict[str, Any]) -> list[str]:
         if isinstance(content, str) and not content.startswith(("<environment_context>", "# AGENTS.md instructions")):
             out.append(content)
     return out
-
-
-async def _calls(state: Path, run: str) -> list[dict[str, Any]]:
-    store = Store(state / "sclated.db")
-    await store.open()
-    try:
-        calls = await store.calls(run)
-    finally:
-        await store.close()
-    # In the order they were made (the store keeps the order records arrived in).
-    return sorted(calls, key=lambda c: c["timings"]["start_ns"])
 
 
 def _check_calls(calls: list[dict[str, Any]]) -> None:
@@ -95,7 +84,7 @@ async def test_metaclaw_tiny_with_codex(tmp_path: Path) -> None:
             assert s.out_of_order == 0 and s.early_deliveries == 0 and s.negative_delays == 0
             cap = r.capture
             assert cap.calls_lost == 0 and cap.calls_unleased == 0 and cap.drain == "ok", cap
-        calls = await _calls(state, "local/codex-mc")
+        calls = await stored_calls(state, "local/codex-mc")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
@@ -106,27 +95,6 @@ async def test_metaclaw_tiny_with_codex(tmp_path: Path) -> None:
     assert first in _user_texts(calls[-1])[:-1]
     threads = {c["request"].get("prompt_cache_key") for c in calls}
     assert len(threads) == 1, threads
-
-
-async def _first_turn_ended(stub: pb_grpc.SclateStub, name: str) -> None:
-    async for ev in stub.WatchRun(pb.WatchRunRequest(name=name)):
-        if ev.WhichOneof("kind") == "turn" and ev.turn.phase == "ended":
-            return
-        if ev.WhichOneof("kind") == "state":
-            assert ev.state.state in (pb.PENDING, pb.RUNNING), ev.state.reason
-    raise AssertionError("the run ended before its first turn did")
-
-
-async def _names(*names: str) -> AsyncIterator[str]:
-    for name in names:
-        yield name
-
-
-async def _final(stub: pb_grpc.SclateStub, name: str) -> pb.Run:
-    async for _ in stub.WatchRun(pb.WatchRunRequest(name=name)):
-        pass
-    run: pb.Run = await stub.GetRun(pb.GetRunRequest(name=name))
-    return run
 
 
 async def test_longmemeval_tiny_with_codex_snapshot_and_branch(tmp_path: Path) -> None:
@@ -144,25 +112,20 @@ async def test_longmemeval_tiny_with_codex_snapshot_and_branch(tmp_path: Path) -
             )
             run.agent.options.update({**FAST, "session_scope": "run"})
             src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="codex-lme"))
-            await _first_turn_ended(stub, src.name)
+            await first_turn_ended(stub, src.name)
             snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
             branch = await stub.RestoreSnapshot(
                 pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="codex-lme-br")
             )
-            done_src = await _final(stub, src.name)
-            done_branch = await _final(stub, branch.name)
-            errors = [
-                (name, ev.turn.round_id, ev.turn.harness_error)
-                async for name in _names(src.name, branch.name)
-                async for ev in stub.WatchRun(pb.WatchRunRequest(name=name))
-                if ev.WhichOneof("kind") == "turn" and ev.turn.harness_error
-            ]
+            done_src = await final(stub, src.name)
+            done_branch = await final(stub, branch.name)
+            errors = await turn_errors(stub, src.name, branch.name)
             for done in (done_src, done_branch):
                 assert done.state == pb.SUCCEEDED, done.state_reason
                 assert done.results.rounds_graded == done.results.rounds >= 1
                 assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
-            src_calls = await _calls(state, "local/codex-lme")
-            branch_calls = await _calls(state, "local/codex-lme-br")
+            src_calls = await stored_calls(state, "local/codex-lme")
+            branch_calls = await stored_calls(state, "local/codex-lme-br")
             # Deleting the runs removes their snapshot image (nothing left on the engine).
             for name in (branch.name, src.name):
                 await stub.DeleteRun(pb.DeleteRunRequest(name=name))
