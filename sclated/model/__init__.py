@@ -4,7 +4,9 @@ daemon's supervisor of it as a child process (:class:`EmbeddedModel`).
 Speaks OpenAI chat/completions, the OpenAI Responses API and Anthropic
 Messages, streaming and not, with tool calls in each API's shape and vLLM-style
 token data (``prompt_token_ids``, ``token_ids``, logprobs) on request, so the
-capture proxy can record calls at token level.
+capture proxy can record calls at token level. A requested JSON output
+(``response_format``, the Responses API's ``text.format``) is enforced by
+grammar-constrained sampling, so even a tiny model replies in valid JSON.
 
     server = await start_model_server(ModelServerConfig(port=0))
     ...  # POST f"{server.url}/v1/chat/completions"
@@ -25,6 +27,7 @@ from ._engine import (
     TokenStep,
     TopLogprob,
 )
+from ._grammar import json_object_grammar, json_schema_grammar, response_format_grammar, text_format_grammar
 from ._server import RunningModelServer, build_app, serve_forever, start_model_server
 from ._service import EmbeddedModel, ModelState, ModelStatus
 from ._tools import ParsedOutput, ToolCall, ToolSpec, parse_tool_calls, tool_call_start
@@ -52,8 +55,12 @@ __all__ = [
     "TopLogprob",
     "build_app",
     "default_gguf_path",
+    "json_object_grammar",
+    "json_schema_grammar",
     "parse_tool_calls",
+    "response_format_grammar",
     "serve_forever",
     "start_model_server",
+    "text_format_grammar",
     "tool_call_start",
 ]

@@ -13,6 +13,18 @@ from ._config import ModelServerConfig
 from ._server import serve_forever
 
 
+def _size(text: str) -> int:
+    """Bytes, with an optional K, M or G suffix (powers of 1024)."""
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or a number with K, M or G)") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sclated.model",
@@ -34,6 +46,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="decode every prompt whole (no KV reuse between calls)",
     )
+    parser.add_argument(
+        "--prefix-cache-slots",
+        type=int,
+        default=ModelServerConfig.prefix_cache_slots,
+        metavar="N",
+        help="prompt prefixes kept for reuse, the last call's included (default %(default)s; 1: only the last call's)",
+    )
+    parser.add_argument(
+        "--prefix-cache-bytes",
+        type=_size,
+        default=ModelServerConfig.prefix_cache_bytes,
+        metavar="SIZE",
+        help="RAM for the KV snapshots of earlier prefixes, e.g. 2G (default %(default)s bytes)",
+    )
+    parser.add_argument(
+        "--no-embeddings", action="store_true", help="serve no /v1/embeddings (no embedding model loaded)"
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--model-name", default=None, help="id listed by /v1/models")
     parser.add_argument("--log-level", default="INFO")
@@ -47,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         n_threads=args.threads,
         model_name=args.model_name,
         prefix_cache=not args.no_prefix_cache,
+        prefix_cache_slots=args.prefix_cache_slots,
+        prefix_cache_bytes=args.prefix_cache_bytes,
+        embeddings=not args.no_embeddings,
     )
     try:
         serve_forever(config)

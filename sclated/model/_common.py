@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -18,6 +18,9 @@ from sclated.errors import InvalidArgument
 from ._chat import ChatRenderer
 from ._engine import Backend, Finish, SamplingParams, TokenStep
 from ._tools import ParsedOutput, ToolCall, parse_tool_calls, tool_call_start
+
+if TYPE_CHECKING:
+    from ._embeddings import Embedder
 
 __all__ = [
     "USAGE",
@@ -295,6 +298,8 @@ class ServerContext:
     engine: Backend
     renderer: ChatRenderer
     model_name: str
+    embedder: Embedder | None = None
+    """The embedding model behind ``/v1/embeddings`` (None: the route answers 404)."""
 
     def model_of(self, f: Fields) -> str:
         # Harnesses are configured with arbitrary model names; any is accepted

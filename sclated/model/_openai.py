@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -25,7 +25,8 @@ from ._common import (
     sse,
     text_of,
 )
-from ._engine import MAX_TOP_LOGPROBS, PROMPT_TOO_LONG, TokenStep
+from ._engine import MAX_TOP_LOGPROBS, PROMPT_TOO_LONG, SamplingParams, TokenStep
+from ._grammar import response_format_grammar
 from ._tools import ToolCall, ToolSpec
 
 __all__ = [
@@ -187,6 +188,11 @@ def _max_tokens(f: Fields, *keys: str) -> int | None:
     return None
 
 
+def _constrained(f: Fields, params: SamplingParams) -> SamplingParams:
+    """``params`` held to the request's ``response_format`` (vLLM takes it on completions too)."""
+    return replace(params, grammar=response_format_grammar(f.data.get("response_format")))
+
+
 def _check_n(f: Fields) -> None:
     n = f.opt_int("n", minimum=1)
     if n is not None and n != 1:
@@ -200,6 +206,7 @@ async def handle_chat_completions(ctx: ServerContext, request: web.Request, body
     tools, mode, forced = parse_openai_tools(f)
     opts = TokenOptions.of_chat(f)
     params = f.sampling(max_tokens=_max_tokens(f, "max_completion_tokens", "max_tokens"), top_logprobs=opts.top)
+    params = _constrained(f, params)
     stream = f.opt_bool("stream")
     model = ctx.model_of(f)
     prompt = ctx.renderer.render(messages, tools, mode, forced)
@@ -319,7 +326,7 @@ async def handle_completions(ctx: ServerContext, request: web.Request, body: Any
         raise InvalidArgument("'echo' is not supported", field="echo")
     logprobs_n = f.opt_int("logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
     want_ids = f.opt_bool("return_token_ids") or logprobs_n is not None
-    params = f.sampling(max_tokens=_max_tokens(f, "max_tokens") or 16, top_logprobs=logprobs_n or 0)
+    params = _constrained(f, f.sampling(max_tokens=_max_tokens(f, "max_tokens") or 16, top_logprobs=logprobs_n or 0))
     stream = f.opt_bool("stream")
     model = ctx.model_of(f)
     ctx.engine.check_prompt(prompt_ids, "prompt")

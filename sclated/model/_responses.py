@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +30,7 @@ from ._common import (
     text_of,
 )
 from ._engine import MAX_TOP_LOGPROBS, TokenStep
+from ._grammar import text_format_grammar
 from ._openai import active_tool_names, chat_logprob
 from ._tools import ToolCall, ToolSpec
 
@@ -135,6 +137,9 @@ async def handle_responses(ctx: ServerContext, request: web.Request, body: Any) 
     want_logprobs = top is not None or "message.output_text.logprobs" in include
     want_ids = f.opt_bool("return_token_ids") or want_logprobs
     params = f.sampling(max_tokens=f.opt_int("max_output_tokens", minimum=1), top_logprobs=top or 0)
+    text_options = f.opt_obj("text")
+    text_format = text_options.data.get("format") if text_options is not None else None
+    params = replace(params, grammar=text_format_grammar(text_format))
     stream = f.opt_bool("stream")
     model = ctx.model_of(f)
     prompt = ctx.renderer.render(messages, tools, mode, forced)
@@ -163,7 +168,7 @@ async def handle_responses(ctx: ServerContext, request: web.Request, body: Any) 
             "top_p": params.top_p,
             "tool_choice": f.data.get("tool_choice") or "auto",
             "tools": f.data.get("tools") or [],
-            "text": {"format": {"type": "text"}},
+            "text": {"format": text_format if text_format is not None else {"type": "text"}},
             "usage": None,
         }
         if want_ids:

@@ -20,6 +20,7 @@ from ._anthropic import anthropic_error_body, handle_count_tokens, handle_messag
 from ._chat import ChatRenderer
 from ._common import USAGE, ServerContext, now
 from ._config import ModelServerConfig
+from ._embeddings import E5Embedder, handle_embeddings
 from ._engine import Engine
 from ._openai import error_body, handle_chat_completions, handle_completions
 from ._responses import handle_responses
@@ -133,6 +134,10 @@ async def _health(request: web.Request) -> web.StreamResponse:
     )
 
 
+async def _embeddings_route(ctx: ServerContext, request: web.Request, body: Any) -> web.StreamResponse:
+    return await handle_embeddings(ctx.embedder, request, body)
+
+
 def build_app(ctx: ServerContext) -> web.Application:
     app = web.Application(middlewares=[_errors_and_log], client_max_size=_MAX_BODY)
     app[_CONTEXT] = ctx
@@ -141,6 +146,7 @@ def build_app(ctx: ServerContext) -> web.Application:
     app.router.add_post("/v1/responses", _post(handle_responses))
     app.router.add_post("/v1/messages", _post(handle_messages))
     app.router.add_post("/v1/messages/count_tokens", _post(handle_count_tokens))
+    app.router.add_post("/v1/embeddings", _post(_embeddings_route))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     return app
@@ -174,8 +180,11 @@ async def start_model_server(config: ModelServerConfig) -> RunningModelServer:
     try:
         renderer = ChatRenderer(engine.chat_template, engine.bos_token, engine.eos_token)
         name = config.served_model_name()
+        embedder = E5Embedder() if config.embeddings else None
         runner = web.AppRunner(
-            build_app(ServerContext(engine, renderer, name)), access_log=None, handler_cancellation=True
+            build_app(ServerContext(engine, renderer, name, embedder=embedder)),
+            access_log=None,
+            handler_cancellation=True,
         )
         await runner.setup()
         try:

@@ -26,6 +26,8 @@ pytestmark = [pytest.mark.model, pytest.mark.asyncio(loop_scope="module")]
 # About 1,300 tokens: three whole batches of 512 after the next turn is added.
 NOTES = " ".join(f"Note {i}: the build on shelf {i % 7} uses flag {i * 13 % 97}." for i in range(90))
 
+FACTS = " ".join(f"Fact {i}: the user's parcel {i} went to room {i * 7 % 23} on day {i % 30}." for i in range(80))
+
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cached() -> AsyncIterator[RunningModelServer]:
@@ -59,6 +61,7 @@ def turn(messages: list[dict[str, str]]) -> dict[str, Any]:
         "temperature": 0,
         "ignore_eos": True,
         "return_token_ids": True,
+        "logprobs": True,
     }
 
 
@@ -93,6 +96,37 @@ async def test_a_session_reuses_its_history_and_gets_the_same_tokens(
     assert stats["prompt_tokens"] >= n_first + n_second and 0 < stats["cache_hit_rate"] < 1
     assert stats["decoded_tokens_per_s"] > 0
     assert (await health(session, uncached))["prompts"]["cached_tokens"] == 0
+
+
+async def test_an_earlier_prompt_is_continued_after_another_one(
+    cached: RunningModelServer, uncached: RunningModelServer, session: aiohttp.ClientSession
+) -> None:
+    # A memory system's fixed prompt, then an agent's call, then the memory system again:
+    # the second call must not cost the first one its prefix.
+    memory = [{"role": "system", "content": FACTS}, {"role": "user", "content": "I moved to Lyon in May."}]
+    a = await post_json(session, f"{cached.url}/v1/chat/completions", turn(memory))
+    agent = [{"role": "user", "content": "List the files in the workspace."}]
+    b = await post_json(session, f"{cached.url}/v1/chat/completions", turn(agent))
+    assert b["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    more = [*memory, {"role": "assistant", "content": "Noted."}, {"role": "user", "content": "My cat is Tom."}]
+    c = await post_json(session, f"{cached.url}/v1/chat/completions", turn(more))
+    fresh = await post_json(session, f"{uncached.url}/v1/chat/completions", turn(more))
+
+    n_first = len(a["prompt_token_ids"])
+    assert n_first > 1024 and c["prompt_token_ids"][:n_first] == a["prompt_token_ids"]
+    assert c["usage"]["prompt_tokens_details"]["cached_tokens"] == n_first // 512 * 512
+    assert fresh["prompt_token_ids"] == c["prompt_token_ids"]
+    assert c["choices"][0]["token_ids"] == fresh["choices"][0]["token_ids"]
+    assert [t["logprob"] for t in c["choices"][0]["logprobs"]["content"]] == [
+        t["logprob"] for t in fresh["choices"][0]["logprobs"]["content"]
+    ]
+
+    cache = (await health(session, cached))["prompts"]["prefix_cache"]
+    assert cache["slots"] == 4 and cache["restores"] >= 1
+    # The context holds the last prompt's whole batches; the agent's call was too short to keep.
+    assert cache["prefixes"][0] == len(c["prompt_token_ids"]) // 512 * 512
+    assert 0 < cache["snapshot_bytes"] <= cache["snapshot_bytes_limit"]
+    assert (await health(session, uncached))["prompts"]["prefix_cache"]["slots"] == 0
 
 
 async def test_another_prompt_reuses_nothing_past_the_shared_prefix(
