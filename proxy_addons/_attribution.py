@@ -133,6 +133,8 @@ def api_kind(method: str, path: str) -> ApiKind:
         return "other"
     if p.endswith("/chat/completions"):
         return "openai_chat"
+    if p.endswith("/embeddings"):
+        return "openai_embeddings"
     if p.endswith("/completions"):
         return "openai_completions"
     if p.endswith("/responses"):
@@ -140,6 +142,35 @@ def api_kind(method: str, path: str) -> ApiKind:
     if p.endswith("/messages"):
         return "anthropic_messages"
     return "other"
+
+
+MEMORY_ROLE = "memory"
+SYSTEM_LISTENER = "system"
+"""``PORT=memory:system`` in ``sclate_roles``: the memory role's second listener, the
+one a memory system (Mem0, Hindsight) is pointed at; the first one takes the
+harness's own memory work (its consolidation cron)."""
+
+
+def listener_role(spec: str) -> tuple[str, bool]:
+    """A listener's role as ``sclate_roles`` names it, and whether it is the memory
+    system's (``memory:system`` -> ``("memory", True)``)."""
+    role, _, sub = spec.partition(":")
+    return role, sub == SYSTEM_LISTENER
+
+
+def component_of(role: str, api: str, memory_system: str, via_system: bool = False) -> str:
+    """What made a call, finer than its role (``Record.component``).
+
+    Embedding calls are counted apart from chat calls (``memory:embeddings``): they
+    cost little and carry no token ids, and a reader comparing memory systems wants
+    the two separately. A call on the memory system's listener is the run's memory
+    system's (``memory:mem0``); any other memory call is the harness's own memory
+    work (``memory:native``)."""
+    if api == "openai_embeddings":
+        return f"{role}:embeddings"
+    if role == MEMORY_ROLE:
+        return f"{MEMORY_ROLE}:{(memory_system or SYSTEM_LISTENER) if via_system else 'native'}"
+    return role
 
 
 def sampling_of(body: Any) -> dict[str, Any]:

@@ -40,6 +40,10 @@ class Call:
     chunks: list[Chunk] = dataclasses.field(default_factory=list)
     text_parts: list[str] = dataclasses.field(default_factory=list)
     decoder: codecs.IncrementalDecoder | None = None
+    memory_system: str = ""
+    """The run's memory system (``mem0``, ``hindsight``; empty: the harness's own)."""
+    via_memory_system: bool = False
+    """The call came in on the memory system's listener (``memory:system``)."""
 
     def with_hints(self, hints: _attribution.Hints) -> None:
         self.turn, self.parent_thread, self.branch_hint = hints.turn, hints.parent_thread, hints.branch_hint
@@ -115,10 +119,12 @@ class Call:
             warnings.append(f"the client left after the final event ({error})")
             error = None
         complete = error is None and status is not None and status < 400
-        if self.streamed and self.api != "other" and not finished:
+        if self.streamed and self.api not in ("other", "openai_embeddings") and not finished:
             complete = False
             if error is None:
                 warnings.append("stream ended without a final event")
+        if self.api == "openai_embeddings":
+            body = _without_vectors(body)
         tokens = _tokens.extract_tokens(self.api, body)
         warnings.extend(tokens.warnings)
         model = self.request_body.get("model") if isinstance(self.request_body, dict) else None
@@ -155,7 +161,24 @@ class Call:
             retry_of=self.retry_of,
             unleased=self.unleased,
             warnings=warnings,
+            component=_attribution.component_of(self.role, self.api, self.memory_system, self.via_memory_system),
         )
+
+
+def _without_vectors(body: Any) -> Any:
+    """An embeddings response with each vector replaced by its length: a record keeps
+    what a reader counts (inputs, dimensions, usage), not kilobytes of floats per call
+    (base64 vectors are counted in float32s)."""
+    if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        return body
+    data: list[Any] = []
+    for item in body["data"]:
+        if isinstance(item, dict) and "embedding" in item:
+            vector = item["embedding"]
+            dims = len(vector) if isinstance(vector, list) else len(str(vector)) * 3 // 4 // 4
+            item = {k: v for k, v in item.items() if k != "embedding"} | {"dimensions": dims}
+        data.append(item)
+    return body | {"data": data}
 
 
 def _client_left(error: str) -> bool:

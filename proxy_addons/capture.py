@@ -6,7 +6,7 @@ listener per role::
     mitmdump -q -s /opt/sclate/proxy/capture.py \\
       --mode reverse:http://127.0.0.1:18080@127.0.0.1:4001 \\
       --mode reverse:http://127.0.0.1:18080@127.0.0.1:4002 \\
-      --set sclate_roles=4001=agent,4002=memory
+      --set sclate_roles=4001=agent,4002=memory,4004=memory:system
 
 mitmdump loads this file by path, as a script; the rest of the package
 (``proxy_addons``: the record schema, SSE assembly, tokens, the control
@@ -29,6 +29,10 @@ completions ``logprobs``, Anthropic messages ``logprobs``, Responses
 ``top_logprobs: 0``). The response then carries extra fields
 (``prompt_token_ids``, ``token_ids``, ``logprobs``) which clients ignore; the
 response itself is never modified by this addon.
+
+``SCLATE_MEMORY_SYSTEM`` names the run's memory system (``mem0``, ``hindsight``):
+calls on the memory listener are recorded as its (``component``), embedding calls
+as ``memory:embeddings`` (their vectors are not kept in the record, their sizes are).
 
 ``SCLATE_OUTPUT_BOUND=N`` (a harness's environment: the proxy runs in its
 container) bounds the output of a call that sets no bound at N tokens, the key
@@ -88,6 +92,7 @@ from proxy_addons._attribution import (  # noqa: E402
     api_key,
     api_kind,
     hints,
+    listener_role,
     parse_roles,
     run_from_key,
 )
@@ -129,6 +134,7 @@ class SclateCapture:
         self.request_tokens = True
         self.run_model = ""
         self.output_bound = 0
+        self.memory_system = ""
         self.role_names: frozenset[str] = frozenset()
         self.lease_timeout_s = 0.5
         self.send_timeout_s = 5.0
@@ -159,8 +165,9 @@ class SclateCapture:
         o = ctx.options
         env = os.environ
         self.roles = parse_roles(o.sclate_roles or env.get("SCLATE_ROLES", ""))
-        self.role_names = frozenset(self.roles.values())
+        self.role_names = frozenset(listener_role(r)[0] for r in self.roles.values())
         self.run_model = o.sclate_run_model or env.get("SCLATE_RUN_MODEL", "")
+        self.memory_system = env.get("SCLATE_MEMORY_SYSTEM", "").strip()
         bound = env.get("SCLATE_OUTPUT_BOUND", "0").strip()
         self.output_bound = int(bound) if bound.isdigit() else 0
         self.secret = o.sclate_run_secret or env.get("SCLATE_RUN_SECRET", "")
@@ -226,14 +233,17 @@ class SclateCapture:
             # the real key, but takes no clock lease and leaves no call record:
             # a 404 to a probe is not a failed model call.
             return
+        role, via_system = listener_role(self._role(flow))
         call = Call(
             call_id=str(uuid.uuid4()),
             run=run,
-            role=self._role(flow),
+            role=role,
             api=api_kind(flow.request.method, flow.request.path),
             method=flow.request.method,
             path=flow.request.path,
             start_ns=time.time_ns(),
+            memory_system=self.memory_system,
+            via_memory_system=via_system,
         )
         call.with_hints(hints(header))
         for h in SCLATE_HEADERS:

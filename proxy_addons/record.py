@@ -47,7 +47,9 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 
-ApiKind = Literal["openai_chat", "openai_completions", "openai_responses", "anthropic_messages", "other"]
+ApiKind = Literal[
+    "openai_chat", "openai_completions", "openai_responses", "anthropic_messages", "openai_embeddings", "other"
+]
 API_KINDS: tuple[str, ...] = get_args(ApiKind)
 
 
@@ -129,6 +131,11 @@ class Record(TypedDict):
     unleased: bool
     """The call went ahead without a clock lease (its ``call_start`` was not acknowledged)."""
     warnings: list[str]
+    component: str
+    """What made the call, finer than its role: the role itself (``agent``, ``aux``), the
+    memory system behind the memory listener (``memory:mem0``, ``memory:hindsight``,
+    ``memory:native`` for the harness's own memory work) or ``<role>:embeddings`` for an
+    embeddings call. Empty in records written before the field existed (read: the role)."""
 
 
 READER_DEFAULTS: dict[Any, dict[str, Any]] = {
@@ -159,6 +166,7 @@ READER_DEFAULTS: dict[Any, dict[str, Any]] = {
         "retry_of": None,
         "unleased": False,
         "warnings": list,
+        "component": "",
     },
     Timings: {"first_byte_ns": None},
     Chunk: {"text": "", "size": None},

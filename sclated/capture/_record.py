@@ -143,6 +143,9 @@ class CallRecord:
     unleased: bool = False
     """The call went ahead without a clock lease (its ``call_start`` was not acknowledged)."""
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    component: str = ""
+    """The role, the memory system (``memory:mem0``) or ``<role>:embeddings``; empty in
+    records from before the field existed (see :attr:`component_or_role`)."""
     schema: int = SCHEMA_VERSION
 
     # -- convenience ------------------------------------------------------
@@ -154,6 +157,10 @@ class CallRecord:
     @property
     def completion_logprobs(self) -> tuple[float, ...] | None:
         return self.completions[0].logprobs if self.completions else None
+
+    @property
+    def component_or_role(self) -> str:
+        return self.component or self.role
 
     @property
     def failed(self) -> bool:

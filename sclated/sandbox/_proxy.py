@@ -28,6 +28,10 @@ __all__ = [
 ]
 
 ROLE_PORTS = {"agent": 4001, "memory": 4002, "aux": 4003}
+MEMORY_SYSTEM_PORT = 4004
+"""The memory role's second listener: the run's memory system (Mem0, Hindsight) is
+pointed here, the harness's own memory work at ``ROLE_PORTS["memory"]``, so the two
+are told apart (components ``memory:<system>`` and ``memory:native``)."""
 FORWARDER_PORT = 18080
 """The entrypoint's loopback forwarder to the model socket (images/sandbox/sclate-init)."""
 SPOOL_DIR = "/var/spool/sclate"
@@ -40,10 +44,9 @@ ADDON = "/opt/sclate/proxy/capture.py"
 
 def mitmdump_command() -> str:
     """The shell command that starts the proxy in the background (the container's main command)."""
-    modes = " ".join(
-        f"--mode reverse:http://127.0.0.1:{FORWARDER_PORT}@127.0.0.1:{port}" for port in ROLE_PORTS.values()
-    )
-    roles = ",".join(f"{port}={role}" for role, port in ROLE_PORTS.items())
+    ports = {**{port: role for role, port in ROLE_PORTS.items()}, MEMORY_SYSTEM_PORT: "memory:system"}
+    modes = " ".join(f"--mode reverse:http://127.0.0.1:{FORWARDER_PORT}@127.0.0.1:{port}" for port in ports)
+    roles = ",".join(f"{port}={role}" for port, role in ports.items())
     return (
         f"mitmdump -q -s {ADDON} {modes} --set sclate_roles={roles} "
         "--set confdir=/tmp/mitmproxy --set connection_strategy=lazy"
@@ -61,6 +64,7 @@ def endpoints_for(run_id: str, secret: str, model: str, path_prefix: str = "") -
         agent=urls["agent"],
         memory=urls["memory"],
         aux=urls["aux"],
+        memory_system=f"http://127.0.0.1:{MEMORY_SYSTEM_PORT}",
         api_key=f"sk-sclate-{run_id}-{secret}",
         model=model or "default",
         openai_prefix=path_prefix.rstrip("/") or "/v1",

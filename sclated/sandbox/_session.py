@@ -469,9 +469,11 @@ class SandboxSession:
         env: Mapping[str, str] | None = None,
         timeout_s: float = 120.0,
         workdir: str | None = None,
+        user: str | None = None,
     ) -> ExecOutput:
+        """``user``: run as this user of the image (a server that refuses root: PostgreSQL)."""
         async with self._gate.running():
-            res = await self._require().exec(list(argv), env=env, workdir=workdir, timeout_s=timeout_s)
+            res = await self._require().exec(list(argv), env=env, workdir=workdir, timeout_s=timeout_s, user=user)
         return ExecOutput(res.exit_code, (res.stdout + res.stderr)[-8000:].decode(errors="replace"))
 
     async def open_channel(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LineChannel:

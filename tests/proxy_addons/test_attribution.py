@@ -13,8 +13,10 @@ from proxy_addons._attribution import (
     Hints,
     api_key,
     api_kind,
+    component_of,
     derive_thread,
     hints,
+    listener_role,
     model_role,
     parse_roles,
     run_from_key,
@@ -72,11 +74,32 @@ def test_hints_from_headers() -> None:
         ("POST", "/v1/messages", "anthropic_messages"),
         ("GET", "/v1/models", "other"),
         ("GET", "/v1/chat/completions", "other"),
-        ("POST", "/v1/embeddings", "other"),
+        ("POST", "/v1/embeddings", "openai_embeddings"),
+        ("POST", "/v1/models/x", "other"),
     ],
 )
 def test_api_kind(method: str, path: str, kind: str) -> None:
     assert api_kind(method, path) == kind
+
+
+@pytest.mark.parametrize(
+    ("listener", "api", "system", "component"),
+    [
+        ("memory:system", "openai_chat", "mem0", "memory:mem0"),
+        ("memory", "openai_chat", "mem0", "memory:native"),  # the harness's own memory work
+        ("memory:system", "openai_chat", "", "memory:system"),
+        ("memory", "openai_chat", "", "memory:native"),
+        ("memory:system", "openai_embeddings", "hindsight", "memory:embeddings"),
+        ("memory", "openai_embeddings", "", "memory:embeddings"),
+        ("agent", "openai_embeddings", "mem0", "agent:embeddings"),
+        ("agent", "openai_chat", "mem0", "agent"),
+        ("aux", "anthropic_messages", "hindsight", "aux"),
+    ],
+)
+def test_component_of(listener: str, api: str, system: str, component: str) -> None:
+    role, via_system = listener_role(listener)
+    assert role in ("agent", "memory", "aux")
+    assert component_of(role, api, system, via_system) == component
 
 
 def test_sampling_of() -> None:

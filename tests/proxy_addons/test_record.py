@@ -157,7 +157,16 @@ CALLS: dict[str, tuple[str, dict[str, Any], dict[str, Any], bytes]] = {
             ("message_stop", {"type": "message_stop"}),
         ),
     ),
-    "other": ("/v1/embeddings", {"model": "e", "input": "x"}, {"data": [{"embedding": [0.1]}]}, b"data: 1\n\n"),
+    "openai_embeddings": (
+        "/v1/embeddings",
+        {"model": "e", "input": ["x", "y"]},
+        {
+            "data": [{"index": 0, "embedding": [0.1, 0.2, 0.3]}, {"index": 1, "embedding": "AAAAAAAAAAAAAAAA"}],
+            "usage": {"prompt_tokens": 4},
+        },
+        b"data: 1\n\n",
+    ),
+    "other": ("/v1/rerank", {"model": "e", "query": "x"}, {"results": [{"index": 0}]}, b"data: 1\n\n"),
 }
 
 
@@ -194,7 +203,7 @@ async def test_every_kind_the_addon_builds_is_read_by_the_daemon(
     assert stored == rec
     assert (rec.api, rec.stream, rec.error) == (kind, streamed, None)
     assert rec.complete, rec.warnings
-    if kind != "other":
+    if kind not in ("other", "openai_embeddings"):
         assert rec.prompt_token_ids and rec.completion_token_ids and rec.completion_logprobs
         flag = "top_logprobs" if kind == "openai_responses" else "logprobs"
         assert rec.injected == ("return_token_ids", flag)
@@ -202,6 +211,13 @@ async def test_every_kind_the_addon_builds_is_read_by_the_daemon(
         assert rec.prompt_token_ids is None and rec.injected == ()
     if streamed:
         assert rec.chunks and "".join(c.text for c in rec.chunks) == CALLS[kind][3].decode()
+
+
+async def test_an_embeddings_record_keeps_sizes_and_usage_not_vectors(harness: Harness, daemon: FakeDaemon) -> None:
+    sent = await addon_record(harness, daemon, "openai_embeddings", streamed=False)
+    # A float list is counted as it is; base64 (16 characters: 12 bytes) as float32s.
+    assert sent["response"]["data"] == [{"index": 0, "dimensions": 3}, {"index": 1, "dimensions": 3}]
+    assert sent["usage"] == {"prompt_tokens": 4} and sent["component"] == "agent:embeddings"
 
 
 async def test_failed_and_cut_calls_are_valid_records_too(harness: Harness, daemon: FakeDaemon) -> None:
