@@ -488,6 +488,14 @@ class ProxyEndpoints:
     """The model name to ask for (what the run's endpoint serves)."""
     openai_prefix: str = "/v1"
     """The path an OpenAI-style client puts after the base URL (``OPENAI_BASE_URL``)."""
+    memory_system: str = ""
+    """The memory role's listener for the run's memory system (Mem0, Hindsight), apart
+    from ``memory`` (the harness's own memory work) so their calls are told apart;
+    empty: the same as ``memory``."""
+
+    @property
+    def memory_system_url(self) -> str:
+        return self.memory_system or self.memory
 
     @staticmethod
     def role_model(role: str) -> str:
@@ -502,7 +510,7 @@ class ProxyEndpoints:
     def as_role(self, role: str) -> ProxyEndpoints:
         """The same endpoints with every call going to ``role``'s listener (a memory job)."""
         url = {"agent": self.agent, "memory": self.memory, "aux": self.aux}[role]
-        return ProxyEndpoints(url, url, url, self.api_key, self.model, self.openai_prefix)
+        return ProxyEndpoints(url, url, url, self.api_key, self.model, self.openai_prefix, self.memory_system)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ harness protocol on stdin/stdout:
   harness adds, such as ``seed_session``);
 * answers: ``session_started``, ``session_stopped``, ``received`` (the moment
   a message was read, on the sandbox's simulated and monotonic clocks) then
-  ``turn_end`` (with ``reply`` and the harness's own details), or ``error``.
+  ``turn_end`` (with ``reply`` and the harness's own details, and ``memory``
+  when the run's memory system reports what it did), or ``error``.
 
 :class:`BridgeDriver` is that protocol on the host: one request at a time,
 lines that are not the protocol skipped, an ``error`` answer raised as
@@ -49,6 +50,8 @@ def turn_result(answer: TurnAnswer, details: Mapping[str, Any]) -> TurnResult:
     out = dict(details)
     if answer.end.get("error"):
         out["error"] = answer.end["error"]
+    if isinstance(answer.end.get("memory"), dict):
+        out["memory"] = answer.end["memory"]  # what the run's memory system recalled and stored
     wall, mono, seq = answer.received.get("wall_ns"), answer.received.get("mono_ns"), answer.received.get("seq")
     return TurnResult(
         reply=str(answer.end.get("reply") or ""),

@@ -2,7 +2,8 @@
 
 The daemon's registry, ``sclated images build`` and ``sclated doctor`` read
 this table: a harness added here is offered by ``sclate agents list``, its
-image is built with the others and checked by the doctor.
+image is built with the others and checked by the doctor, and so is the image
+of each memory system it declares (``adapters.memory``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters._base import HarnessDeclaration, SandboxHarness
+from adapters.memory import MEMORY_SYSTEMS, MemorySystem, register_memory_image
 
 __all__ = ["HARNESSES", "HarnessEntry", "register_harness_images"]
 
@@ -19,7 +21,7 @@ __all__ = ["HARNESSES", "HarnessEntry", "register_harness_images"]
 @dataclass(frozen=True, slots=True)
 class HarnessEntry:
     declaration: HarnessDeclaration
-    make: Callable[[Mapping[str, Any]], SandboxHarness]
+    make: Callable[[Mapping[str, Any], MemorySystem | None], SandboxHarness]
 
 
 def _entries() -> tuple[HarnessEntry, ...]:
@@ -59,3 +61,7 @@ def register_harness_images() -> None:
     openclaw_image()
     codex_image()
     claude_code_image()
+    for harness in HARNESSES:
+        for name in harness.declaration.memory_systems:
+            if name in MEMORY_SYSTEMS:
+                register_memory_image(harness.declaration.image, MEMORY_SYSTEMS[name])

@@ -34,6 +34,22 @@ libfaketime reaches it (``process_clock="simulated"``): the "Today's date is"
 line it sends, its transcript timestamps and its timeouts follow simulated
 time (tests/e2e/test_claude_code.py checks the date the model is shown).
 
+Memory systems: ``native`` (its own: transcripts, auto-memory, CLAUDE.md) or
+``mem0``, attached the way Claude Code users attach a memory: Mem0's own
+integrations recall before each prompt and store after each reply, so the
+image's ``sclate-mem0`` (adapters/memory/mem0_tools.py, the mem0ai library with
+the reference harness's configuration) is installed as two Claude Code hooks in
+its user settings, ``UserPromptSubmit`` (the memories about the prompt added as
+context: "What you remember about this (Mem0)") and ``Stop`` (the exchange
+added to Mem0; for a turn an API error ended, which fires no ``Stop``, the bridge
+runs the same command), plus an MCP server (``--mcp-config``, tools
+``mcp__mem0__search_memories`` and ``mcp__mem0__add_memory``) for the model's
+explicit use. Mem0's official MCP server (``mem0-mcp-server``) talks only to
+Mem0's hosted platform, unreachable from a sandbox, hence a small program of
+our own around the library. Mem0's own model and embedding calls go to the
+memory listener (component ``memory:mem0``); each turn's ``memory`` detail says
+what the hooks (and tools) recalled and stored (bridge.py reads their log).
+
 Differences from a person running Claude Code: a lean tool set by default
 (``tools``: Bash, Read, Write, Edit; ``"default"`` gives Claude Code's own
 set, which does not fit a small model's context), an output bound per call
@@ -65,6 +81,7 @@ from adapters import (
 from adapters._bridge import BridgeDriver, turn_result
 from adapters._bridge_replies import number_option
 from adapters.claude_code.image import CLAUDE_CODE_VERSION, IMAGE_NAME, register_image
+from adapters.memory import MEM0, MemorySystem
 from sclated.errors import FailedPrecondition, InvalidArgument
 from sclated.scheduler import DeliverPrompt, EventSource
 
@@ -89,6 +106,7 @@ DECLARATION = HarnessDeclaration(
     options=frozenset(
         {"turn_timeout_s", "session_scope", "max_turns", "tools", "max_tokens", "context_window", "autocompact_pct"}
     ),
+    memory_systems=("native", "mem0"),
     workspace_memory=("CLAUDE.md",),
     version=CLAUDE_CODE_VERSION,
     executable="/opt/claude-code/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
@@ -122,7 +140,13 @@ class ClaudeCodeHarness:
 
     declaration = DECLARATION
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], memory: MemorySystem | None = None) -> None:
+        # Its own memory or Mem0 (declaration.memory_systems): the factory refuses any other.
+        if memory is not None and memory.name != MEM0.name:
+            raise InvalidArgument(
+                f"Claude Code does not run with memory system {memory.name!r}", field="run.agent.memory"
+            )
+        self._memory = memory
         self._turn_timeout_s = number_option(options, "turn_timeout_s", 1800, 1, 86_400)
         scope = options.get("session_scope", "scenario")
         if scope not in _SCOPES:
@@ -135,6 +159,8 @@ class ClaudeCodeHarness:
             "max_turns": int(number_option(options, "max_turns", 8, 1, 1000)),
             "tools": _tools(options),
         }
+        if memory is not None:
+            self._settings["memory"] = memory.name  # hooks and MCP server attached by the bridge
         self._max_tokens = int(number_option(options, "max_tokens", 1024, 1, 131_072))
         self._context_window = int(number_option(options, "context_window", 16384, 2048, 2_000_000))
         # Claude Code's own threshold knob (a percentage of the window it assumes).
@@ -173,7 +199,15 @@ class ClaudeCodeHarness:
             "CLAUDE_CODE_DISABLE_FEATURE_FLAGS": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "SCLATE_CLAUDE_CODE_SETTINGS": json.dumps(self._settings, sort_keys=True),
+            **self._memory_environment(),
         }
+
+    def _memory_environment(self) -> dict[str, str]:
+        if self._memory is None:
+            return {}
+        # Mem0's MCP server imports a large library, and its tools make model calls:
+        # Claude Code waits for them as long as a turn may last.
+        return {"MCP_TIMEOUT": "120000", "MCP_TOOL_TIMEOUT": str(int(self._turn_timeout_s * 1000))}
 
     async def start(self, sandbox: SandboxAccess) -> None:
         await self._bridge.setup(sandbox)

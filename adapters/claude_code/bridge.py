@@ -5,10 +5,17 @@ Claude Code is driven the way its own headless mode allows: one ``claude -p``
 (print mode) process per message, ``--output-format stream-json --verbose``,
 ``--session-id UUID`` for a session's first message and ``--resume UUID`` for
 the next ones; the turn ends when the process exits. This bridge does no model
-call and changes no Claude Code file it does not own; it only
+call and changes no Claude Code file it does not own (but for Mem0's hooks in
+its settings, below); it only
 
 * ``setup``: makes ``$CLAUDE_CONFIG_DIR`` (the memory volume) and reports the
-  program's version;
+  program's version; with the run's memory system Mem0 (settings ``memory``)
+  it attaches Mem0 the way a Claude Code user would: hooks in Claude Code's
+  user settings (``$CLAUDE_CONFIG_DIR/settings.json``: ``UserPromptSubmit`` ->
+  ``sclate-mem0 recall-hook``, ``Stop`` -> ``sclate-mem0 store-hook``; any other
+  setting and hook is kept) and an MCP server config
+  (``$CLAUDE_CONFIG_DIR/sclate-mcp.json``: ``sclate-mem0 mcp``), passed to each
+  run with ``--mcp-config`` and its tools allowed with ``--allowedTools``;
 * ``serve``: speaks sclate's JSON-lines harness protocol on stdin/stdout
   (``start_session`` / ``message`` / ``stop_session``), runs one Claude Code
   process per message and keeps which Claude Code session continues which of
@@ -18,6 +25,12 @@ call and changes no Claude Code file it does not own; it only
 A session id is kept only once Claude Code wrote that session's transcript
 (``projects/<cwd>/<id>.jsonl``): a first message that failed before then is
 started afresh next time instead of resuming a session that does not exist.
+
+With Mem0, each ``turn_end`` carries ``memory``: what the hooks (and the MCP
+tools, if the model called them) did during the turn, read from the new lines
+of ``$SCLATE_MEMORY_SYSTEM_DIR/hook-log.jsonl`` (``system``, ``recalled``,
+``recall_ms``, ``stored``, ``store_ms``, ``recall_error``, ``store_error``: the
+reference harness's shape).
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,11 +52,20 @@ from typing import Any
 CLAUDE = os.environ.get("SCLATE_CLAUDE_BIN", "claude")
 WORKDIR = os.environ.get("SCLATE_CLAUDE_WORKDIR", "/workspace")
 SESSIONS_FILE = "sclate-sessions.json"
+SETTINGS_FILE = "settings.json"
+MCP_FILE = "sclate-mcp.json"
+MEM0 = os.environ.get("SCLATE_MEM0_BIN", "sclate-mem0")
+MEM0_TOOLS = ("mcp__mem0__search_memories", "mcp__mem0__add_memory")
+HOOK_LOG = "hook-log.jsonl"
 _TAIL = 4000
 
 
 def home() -> Path:
     return Path(os.environ.get("CLAUDE_CONFIG_DIR", "/memory/claude-code"))
+
+
+def hook_log() -> Path:
+    return Path(os.environ.get("SCLATE_MEMORY_SYSTEM_DIR") or "/memory/mem0") / HOOK_LOG
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -107,15 +130,137 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def setup() -> dict[str, Any]:
+def setup(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The config directory exists; Claude Code answers ``--version`` (a broken
-    install fails the run's start, not its first turn)."""
+    install fails the run's start, not its first turn); the memory system is attached."""
     home().mkdir(parents=True, exist_ok=True)
     proc = _run([CLAUDE, "--version"], timeout_s=60)
     if proc["exit_code"] != 0:
         why = (proc["stdout"] + proc["stderr"]).strip()[-800:]
         return {"type": "setup", "errors": [f"`claude --version` failed ({proc['exit_code']}): {why}"]}
-    return {"type": "setup", "version": proc["stdout"].strip()}
+    report: dict[str, Any] = {"type": "setup", "version": proc["stdout"].strip()}
+    if settings.get("memory") == "mem0":
+        try:
+            attach_mem0(float(settings["turn_timeout_s"]))
+        except (OSError, ValueError) as exc:
+            return {"type": "setup", "errors": [f"cannot attach Mem0 to Claude Code: {exc}"]}
+        report["memory"] = "mem0"
+    return report
+
+
+# -- Mem0: hooks in Claude Code's settings, an MCP server, the hook log ----------------------
+
+# Not StopFailure: Claude Code does not wait for it (the process exits, and its process
+# group with the hook in it is ended); a turn that ended without Stop is stored by
+# ``store_unstopped_turn`` instead.
+_HOOKS = {"UserPromptSubmit": "recall-hook", "Stop": "store-hook"}
+
+
+def _ours(group: Any) -> bool:
+    """A settings hook group that is sclate-mem0's (replaced on every setup)."""
+    hooks = group.get("hooks") if isinstance(group, dict) else None
+    return (
+        isinstance(hooks, list)
+        and bool(hooks)
+        and all(isinstance(h, dict) and str(h.get("command", "")).startswith(MEM0 + " ") for h in hooks)
+    )
+
+
+def mem0_settings(current: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Claude Code's user settings with Mem0's hooks: recall on ``UserPromptSubmit``,
+    store on ``Stop``, each allowed the whole turn (a small model's memory calls are
+    slow). Every other setting and hook is kept; ours are replaced, not repeated."""
+    settings = dict(current)
+    hooks = dict(settings.get("hooks") or {}) if isinstance(settings.get("hooks"), dict) else {}
+    for event, command in _HOOKS.items():
+        groups = hooks.get(event)
+        kept = [g for g in groups if not _ours(g)] if isinstance(groups, list) else []
+        mine = {"type": "command", "command": f"{MEM0} {command}", "timeout": max(1, int(timeout_s))}
+        hooks[event] = [*kept, {"hooks": [mine]}]
+    settings["hooks"] = hooks
+    return settings
+
+
+def mcp_config() -> dict[str, Any]:
+    """``--mcp-config``: sclate-mem0's MCP server on stdio (tools ``MEM0_TOOLS``)."""
+    return {"mcpServers": {"mem0": {"command": MEM0, "args": ["mcp"]}}}
+
+
+def attach_mem0(timeout_s: float) -> None:
+    path = home() / SETTINGS_FILE
+    try:
+        current = json.loads(path.read_text())
+    except FileNotFoundError:
+        current = {}
+    if not isinstance(current, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    _write_atomic(path, json.dumps(mem0_settings(current, timeout_s), indent=2) + "\n")
+    _write_atomic(home() / MCP_FILE, json.dumps(mcp_config(), indent=2) + "\n")
+
+
+def log_size() -> int:
+    try:
+        return hook_log().stat().st_size
+    except OSError:
+        return 0
+
+
+def log_since(offset: int) -> list[dict[str, Any]]:
+    """The hook log's entries written after ``offset`` (from the start if it shrank)."""
+    try:
+        with hook_log().open("rb") as f:
+            if f.seek(0, os.SEEK_END) < offset:
+                offset = 0
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return []
+    out = []
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
+def memory_report(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """What Mem0 did in a turn, from its hook log entries, in the reference harness's
+    shape: ``recalled`` and ``recall_ms`` once a recall succeeded, ``stored`` and
+    ``store_ms`` once a store did, ``recall_error``/``store_error`` otherwise. A search or
+    an add by the model through the MCP tools counts as a recall or a store too."""
+    report: dict[str, Any] = {"system": "mem0"}
+    errors: dict[str, list[str]] = {"recall": [], "store": []}
+    tools = 0
+    for entry in entries:
+        kind = entry.get("hook")
+        if kind == "mcp":
+            tools += 1
+            kind = "store" if entry.get("tool") == "add_memory" else "recall"
+        if kind not in errors:
+            continue
+        if entry.get("error"):
+            errors[kind].append(str(entry["error"]))
+            continue
+        ms = entry.get("ms")
+        ms = float(ms) if isinstance(ms, int | float) and not isinstance(ms, bool) else 0.0
+        if kind == "recall":
+            recalled = entry.get("recalled")
+            texts = [str(t) for t in recalled] if isinstance(recalled, list) else []
+            report["recalled"] = [*report.get("recalled", []), *texts]
+            report["recall_ms"] = report.get("recall_ms", 0.0) + ms
+        else:
+            stored = entry.get("stored")
+            report["stored"] = report.get("stored", 0) + (stored if isinstance(stored, int) else 0)
+            report["store_ms"] = report.get("store_ms", 0.0) + ms
+    for kind, said in errors.items():
+        if said:
+            report[f"{kind}_error"] = "; ".join(said)[:1000]
+    if tools:
+        report["tool_calls"] = tools
+    return report
 
 
 def _sessions() -> dict[str, str]:
@@ -126,8 +271,46 @@ def _sessions() -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
+def _transcript(session_id: str) -> Path | None:
+    return next(iter((home() / "projects").glob(f"*/{session_id}.jsonl")), None)
+
+
 def _has_transcript(session_id: str) -> bool:
-    return any((home() / "projects").glob(f"*/{session_id}.jsonl"))
+    return _transcript(session_id) is not None
+
+
+def store_unstopped_turn(session_id: str, error: str, timeout_s: float) -> None:
+    """The store hook, run by the bridge for a turn that ended without ``Stop``.
+
+    Claude Code fires ``Stop`` only for a turn that ended well; one an API error ended
+    (with a small model, mostly a reply past the output bound, even after Claude
+    Code's own continuations) fires ``StopFailure``, which it does not wait for. What
+    was said in such a turn is still the user's to remember, so the same command runs
+    here, with ``StopFailure``'s input, before the turn is reported over. A failure to
+    run it is logged like the hook's own failures (the turn's ``store_error``)."""
+    transcript = _transcript(session_id)
+    if transcript is None:
+        return  # nothing was written: nothing was said
+    payload = {
+        "session_id": session_id,
+        "transcript_path": str(transcript),
+        "cwd": WORKDIR,
+        "hook_event_name": "StopFailure",
+        "error": error,
+    }
+    try:
+        subprocess.run(
+            [*shlex.split(MEM0), "store-hook"],
+            input=json.dumps(payload).encode(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=claude_env(os.environ),
+            timeout=timeout_s,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        with contextlib.suppress(OSError), hook_log().open("a") as log:
+            log.write(json.dumps({"hook": "store", "session": session_id, "error": f"{MEM0} store-hook: {exc}"}) + "\n")
 
 
 def parse_stream(stdout: str) -> dict[str, Any]:
@@ -169,6 +352,9 @@ def _argv(text: str, settings: dict[str, Any]) -> list[str]:
         "--tools",
         ",".join(settings["tools"]),
     ]
+    if settings.get("memory") == "mem0":
+        # Hooks come from the settings file; the MCP server is this run's, its tools allowed.
+        argv += ["--mcp-config", str(home() / MCP_FILE), "--allowedTools", ",".join(MEM0_TOOLS)]
     return argv
 
 
@@ -183,6 +369,8 @@ def turn(text: str, session: str, settings: dict[str, Any]) -> dict[str, Any]:
     argv = _argv(text, settings) + (["--resume", sid] if resumed else ["--session-id", sid])
     # The prompt goes last, after "--": a message starting with "-" stays a message.
     argv += ["--", text]
+    mem0 = settings.get("memory") == "mem0"
+    offset = log_size() if mem0 else 0
     proc = _run(argv, timeout_s=float(settings["turn_timeout_s"]))
     stream = parse_stream(proc["stdout"])
     result = stream["result"] or {}
@@ -200,6 +388,11 @@ def turn(text: str, session: str, settings: dict[str, Any]) -> dict[str, Any]:
         "stop_reason": result.get("stop_reason"),
         "events": stream["events"],
     }
+    if mem0:
+        timed_out = proc["exit_code"] == -1
+        if not ok and not timed_out and not any(e.get("hook") == "store" for e in log_since(offset)):
+            store_unstopped_turn(now_sid, str(result.get("subtype") or "no result"), float(settings["turn_timeout_s"]))
+        out["memory"] = memory_report(log_since(offset))
     if not ok:
         said = str(result.get("result") or "") or "; ".join(map(str, result.get("errors") or []))
         out["error"] = (
@@ -250,7 +443,7 @@ def main(argv: list[str]) -> int:
         return 2
     settings = {**DEFAULTS, **json.loads(os.environ.get("SCLATE_CLAUDE_CODE_SETTINGS") or "{}")}
     if argv[1] == "setup":
-        report = setup()
+        report = setup(settings)
         print(json.dumps(report))
         return 1 if report.get("errors") else 0
     return serve(settings)

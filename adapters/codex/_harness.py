@@ -56,6 +56,7 @@ from adapters import (
 from adapters._bridge import BridgeDriver, turn_result
 from adapters._bridge_replies import number_option
 from adapters.codex.image import CODEX_VERSION, IMAGE_NAME, register_image
+from adapters.memory import MemorySystem
 from sclated.errors import FailedPrecondition, InvalidArgument
 from sclated.scheduler import DeliverPrompt, EventSource
 
@@ -128,7 +129,9 @@ class CodexHarness:
 
     declaration = DECLARATION
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], memory: MemorySystem | None = None) -> None:
+        # Only its own memory (declaration.memory_systems): the factory refuses any other.
+        del memory
         self._turn_timeout_s = number_option(options, "turn_timeout_s", 1800, 1, 86_400)
         scope = options.get("session_scope", "scenario")
         if scope not in _SCOPES:

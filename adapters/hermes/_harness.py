@@ -20,6 +20,17 @@ it, and ``hermes cron tick`` runs the due jobs under the sandbox's simulated
 clock, as a job of the harness (its calls go to the memory listener). Hermes's
 own timers never wait in real time: no Hermes gateway runs.
 
+Memory systems: Hermes's own (``MEMORY.md``, ``USER.md``) always; with
+``--memory hindsight`` also Hindsight, through the plugin Hindsight publishes for
+Hermes (``hindsight-hermes``, installed in Hermes's venv and enabled in its
+config.yaml). Chosen over Hermes's built-in ``hindsight`` memory provider because
+that provider recalls for the *next* turn of the same process (the query is the
+previous message, the result waits in memory): with one Hermes process per message
+its recall never reaches a turn. The plugin's ``pre_llm_call`` hook recalls for the
+message at hand and adds the memories to it; its ``post_llm_call`` hook retains the
+exchange; its ``hindsight_recall``/``_retain``/``_reflect`` tools are offered in
+addition. Its bank is ``hermes`` on the Hindsight server in the sandbox.
+
 Differences from a person running Hermes: the model endpoint is the capture
 proxy; its update check, lazy installs, tirith download, model catalog,
 environment probe, background memory and skill reviews and command approvals
@@ -47,6 +58,7 @@ from adapters import (
 from adapters._bridge import BridgeDriver, turn_result
 from adapters._bridge_replies import last_json, number_option
 from adapters.hermes.image import HERMES_VERSION, IMAGE_NAME, register_image
+from adapters.memory import MemorySystem
 from sclated.errors import FailedPrecondition, InvalidArgument
 from sclated.scheduler import At, DeliverPrompt, EventSource, EventSpec, ExecInSandbox, Priority
 
@@ -57,6 +69,7 @@ register_image()
 HOME = "/memory/hermes"
 BRIDGE = "/opt/sclate-hermes/bridge.py"
 TICK_COMMAND = f"python3 {BRIDGE} tick"
+HINDSIGHT_BANK = "hermes"
 
 DECLARATION = HarnessDeclaration(
     name="hermes",
@@ -71,6 +84,7 @@ DECLARATION = HarnessDeclaration(
     ),
     version=HERMES_VERSION,
     executable="hermes",
+    memory_systems=("native", "hindsight"),
 )
 
 _SCOPES = ("scenario", "run")
@@ -142,7 +156,9 @@ class HermesHarness:
 
     declaration = DECLARATION
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], memory: MemorySystem | None = None) -> None:
+        # Its own memory or Hindsight (declaration.memory_systems): the factory refuses any other.
+        self._memory = memory
         self._turn_timeout_s = number_option(options, "turn_timeout_s", 1800, 1, 86_400)
         scope = options.get("session_scope", "scenario")
         if scope not in _SCOPES:
@@ -159,6 +175,8 @@ class HermesHarness:
             "cron_jobs": _cron_jobs(options),
             "context_length": 65536,
             "api_max_retries": 1,
+            # Hindsight's Hermes plugin (hindsight-hermes), enabled in config.yaml.
+            "plugins": ["hindsight"] if memory is not None and memory.server is not None else [],
         }
         self._sandbox: SandboxAccess | None = None
         self._bridge = BridgeDriver("Hermes", BRIDGE)
@@ -175,6 +193,23 @@ class HermesHarness:
             "SCLATE_API_KEY": endpoints.api_key,
             "SCLATE_MODEL": endpoints.model,
             "SCLATE_HERMES_SETTINGS": json.dumps(self._settings, sort_keys=True),
+            **self._memory_environment(),
+        }
+
+    def _memory_environment(self) -> dict[str, str]:
+        """hindsight-hermes reads its settings from these (they win over its
+        ``~/.hindsight/hermes.json``): the server in the sandbox and Hermes's own bank."""
+        system = self._memory
+        if system is None or system.server is None:
+            return {}
+        return {
+            "HINDSIGHT_API_URL": system.server.url,
+            "HINDSIGHT_BANK_ID": HINDSIGHT_BANK,
+            "HINDSIGHT_RECALL_BUDGET": "low",
+            "HINDSIGHT_RECALL_MAX_TOKENS": "512",
+            "HINDSIGHT_AUTO_RETAIN": "true",
+            # Created when the server starts, so a recall before any retain finds it.
+            "SCLATE_HINDSIGHT_BANKS": HINDSIGHT_BANK,
         }
 
     async def start(self, sandbox: SandboxAccess) -> None:

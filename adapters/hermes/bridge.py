@@ -91,8 +91,12 @@ def config_yaml(settings: dict[str, Any]) -> str:
         "approvals:",
         '  mode: "off"',
         "timezone: UTC",
-        "auxiliary:",
     ]
+    plugins = [str(name) for name in settings.get("plugins", [])]
+    if plugins:
+        # Plugins installed with pip load only when named here (Hermes's opt-in).
+        lines += ["plugins:", f"  enabled: {_yaml_list(plugins)}"]
+    lines += ["auxiliary:"]
     for task in aux_tasks:
         lines += [
             f"  {task}:",
@@ -207,9 +211,49 @@ def _session_id(stderr: str) -> str | None:
     return None
 
 
-def turn(text: str, session: str, *, timeout_s: float, max_turns: int) -> dict[str, Any]:
+# hindsight-hermes logs only its failures (as warnings, which Hermes also writes to
+# logs/errors.log); what it recalled reaches the model inside the message.
+_PLUGIN_FAILURES = {
+    "recall_error": "Hindsight pre_llm_call recall failed",
+    "store_error": "Hindsight post_llm_call retain failed",
+}
+
+
+def _errors_log() -> Path:
+    return home() / "logs" / "errors.log"
+
+
+def _log_size() -> int:
+    try:
+        return _errors_log().stat().st_size
+    except OSError:
+        return 0
+
+
+def memory_report(system: str, since: int) -> dict[str, Any]:
+    """The turn's report of the memory plugin: its failures logged after ``since``
+    (a size of errors.log; a rotated log is read from its start)."""
+    report: dict[str, Any] = {"system": system}
+    try:
+        with open(_errors_log(), "rb") as f:
+            if f.seek(0, os.SEEK_END) >= since:
+                f.seek(since)
+            else:
+                f.seek(0)
+            logged = f.read().decode("utf-8", "replace")
+    except OSError:
+        return report
+    for key, marker in _PLUGIN_FAILURES.items():
+        lines = [line.strip() for line in logged.splitlines() if marker in line]
+        if lines:
+            report[key] = lines[-1][-_TAIL // 8 :]
+    return report
+
+
+def turn(text: str, session: str, *, timeout_s: float, max_turns: int, memory_system: str = "") -> dict[str, Any]:
     """One message into the run's ``session``: a new Hermes session the first time,
     ``--resume`` of the same one after."""
+    since = _log_size()
     known = _sessions()
     argv = [HERMES, "chat", "-q", text, "-Q", "--yolo", "--no-restore-cwd", "--max-turns", str(max_turns)]
     resumed = known.get(session)
@@ -226,6 +270,8 @@ def turn(text: str, session: str, *, timeout_s: float, max_turns: int) -> dict[s
         "hermes_session": sid or resumed or "",
         "resumed": bool(resumed),
     }
+    if memory_system:
+        out["memory"] = memory_report(memory_system, since)
     if proc["exit_code"] != 0:
         # In quiet mode Hermes prints its error on stdout.
         out["error"] = (proc["stdout"] + "\n" + proc["stderr"]).strip()[-_TAIL:]
@@ -263,6 +309,7 @@ def serve(settings: dict[str, Any]) -> int:
                 str(req.get("session") or session),
                 timeout_s=float(settings["turn_timeout_s"]),
                 max_turns=int(settings["max_turns"]),
+                memory_system="hindsight" if "hindsight" in settings.get("plugins", []) else "",
             )
             say({"type": "turn_end", "round_id": req.get("round_id"), "schedule": schedule(), **result})
         else:

@@ -59,6 +59,7 @@ from adapters import (
 )
 from adapters._bridge import BridgeDriver, turn_result
 from adapters._bridge_replies import last_json, number_option
+from adapters.memory import MemorySystem
 from adapters.openclaw.image import IMAGE_NAME, OPENCLAW_VERSION, register_image
 from sclated.errors import InvalidArgument
 from sclated.scheduler import At, DeliverPrompt, EventSource, EventSpec, ExecInSandbox, Priority
@@ -186,7 +187,9 @@ class OpenClawHarness:
 
     declaration = DECLARATION
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], memory: MemorySystem | None = None) -> None:
+        # Only its own memory (declaration.memory_systems): the factory refuses any other.
+        del memory
         self._turn_timeout_s = number_option(options, "turn_timeout_s", 1800, 1, 86_400)
         self._scope = str(_choice(options, "session_scope", _SCOPES, "scenario"))
         self._settings: dict[str, Any] = {

@@ -202,6 +202,8 @@ class ReferenceHarnessAdapter:
         }
         if end.get("error"):
             details["error"] = end["error"]
+        if isinstance(end.get("memory"), dict):
+            details["memory"] = end["memory"]  # what the memory system recalled and stored
         clock_ns, seq = received.get("wall_ns"), received.get("seq")
         return TurnResult(
             reply=str(end.get("reply") or ""),

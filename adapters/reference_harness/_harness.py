@@ -4,6 +4,13 @@
 speaks OpenAI chat completions to the capture proxy, keeps its memory in
 ``/memory`` (MEMORY.md, dated notes) and consolidates nightly from its own
 crontab, which the scheduler runs as events.
+
+With a memory system (``--memory mem0|hindsight``) it uses that system the
+plain way, as a library call in its own loop: before each turn it recalls what
+is relevant to the message into its system prompt, after each turn it stores
+the exchange. Mem0 is imported in-process (the agent runs on the interpreter of
+the Mem0 layer); Hindsight is called over its REST API at the server the
+sandbox starts beside it. The notes and MEMORY.md are kept either way.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from adapters import (
     SessionSeed,
     TurnResult,
 )
+from adapters.memory import MemorySystem
 from adapters.reference_harness._adapter import CRONTAB, HarnessCronSource, ReferenceHarnessAdapter, parse_crontab
 from adapters.reference_harness.image import IMAGE_NAME, register_image
 from sclated import __version__
@@ -43,6 +51,7 @@ DECLARATION = HarnessDeclaration(
     capabilities=frozenset({Capability.SESSION_STATE, Capability.WAIT, Capability.CONSOLIDATE}),
     state_dirs=("/workspace", "/memory"),
     options=frozenset({"turn_timeout_s", "max_steps", "max_tokens"}),
+    memory_systems=("native", "mem0", "hindsight"),
     version=__version__,
     executable="python3",
 )
@@ -60,7 +69,8 @@ class ReferenceHarness:
 
     declaration = DECLARATION
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+    def __init__(self, options: Mapping[str, Any], memory: MemorySystem | None = None) -> None:
+        self._memory = memory
         self._turn_timeout_s = _number(options, "turn_timeout_s", 1800, 1, 86_400)
         self._max_steps = int(_number(options, "max_steps", 6, 1, 50))
         self._max_tokens = int(_number(options, "max_tokens", 256, 1, 32_768))
@@ -76,10 +86,24 @@ class ReferenceHarness:
             "AGENT_MODEL": endpoints.model,
             "AGENT_MAX_STEPS": str(self._max_steps),
             "AGENT_MAX_TOKENS": str(self._max_tokens),
+            **self._memory_environment(endpoints),
         }
 
+    def _memory_environment(self, endpoints: ProxyEndpoints) -> dict[str, str]:
+        system = self._memory
+        if system is None:
+            return {}
+        # The system's own endpoint, key, model and data folder are the
+        # SCLATE_MEMORY_SYSTEM_* variables every harness gets (adapters.memory).
+        env = {"AGENT_MEMORY_SYSTEM": system.name}
+        if system.server is not None:
+            env["AGENT_HINDSIGHT_URL"] = system.server.url
+            env["SCLATE_HINDSIGHT_BANKS"] = "agent"  # created at start: a recall before any retain finds it
+        return env
+
     async def start(self, sandbox: SandboxAccess) -> None:
-        self._channel = await sandbox.open_channel(["python3", "/opt/agent/agent.py", "serve"])
+        python = self._memory.python if self._memory is not None and self._memory.python else "python3"
+        self._channel = await sandbox.open_channel([python, "/opt/agent/agent.py", "serve"])
         # Its crontab is an event source of the run (routines), not a timer inside.
         self._driver = ReferenceHarnessAdapter(self._channel, turn_timeout_s=self._turn_timeout_s, crontab=None)
 

@@ -27,6 +27,15 @@ notes/YYYY-MM-DD.md, dated by the system clock, which in a sandbox is the
 simulated clock (libfaketime). Environment: AGENT_MODEL, AGENT_WORKSPACE,
 AGENT_MEMORY_DIR, AGENT_MAX_STEPS, AGENT_SHELL_TIMEOUT, AGENT_OUTPUT_CAP,
 AGENT_HISTORY_CHARS, AGENT_MAX_TOKENS, AGENT_TEMPERATURE, AGENT_HTTP_TIMEOUT.
+
+A memory system besides the notes (AGENT_MEMORY_SYSTEM): ``mem0`` (the mem0ai
+library in this process; run the agent with the python that has it) or
+``hindsight`` (a Hindsight API server at AGENT_HINDSIGHT_URL, bank
+AGENT_HINDSIGHT_BANK). Used the way their documentation shows: before each turn
+the memories relevant to the message are recalled into the system prompt, after
+it the exchange is stored. Their own model and embedding calls go to sclate's
+memory listener (SCLATE_MEMORY_SYSTEM_BASE_URL, set for the memory system).
+What a turn recalled and stored is reported in its ``turn_end`` (``memory``).
 """
 
 from __future__ import annotations
@@ -442,14 +451,104 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# -- memory systems ---------------------------------------------------------------------------
+
+
+class MemorySystemError(Exception):
+    pass
+
+
+class Mem0Memory:
+    """Mem0 as a library: ``search`` before answering, ``add`` after (Mem0's own quickstart).
+
+    Configured by ``sclate-mem0``'s module (``mem0_tools``, in every image with
+    Mem0, at SCLATE_MEM0_TOOLS): the one configuration of Mem0 in sclate, read from
+    the SCLATE_MEMORY_SYSTEM_* environment. Qdrant in embedded mode on local disk
+    and the history in SQLite under SCLATE_MEMORY_SYSTEM_DIR (in the memory volume:
+    snapshots keep them); its model and embedding calls to sclate's memory listener.
+    """
+
+    name = "mem0"
+
+    def __init__(self) -> None:
+        sys.path.insert(0, os.environ.get("SCLATE_MEM0_TOOLS", "/opt/sclate-mem0"))
+        import mem0_tools  # type: ignore[import-not-found]  # only in an image with Mem0
+
+        self.tools = mem0_tools
+        self.top_k = _env_int("AGENT_MEMORY_TOP_K", 5)
+        self.memory = mem0_tools.new_memory(mem0_tools.data_dir())
+
+    def recall(self, query: str) -> list[str]:
+        return list(self.tools.search(self.memory, query, self.top_k))
+
+    def retain(self, text: str, reply: str, session: str) -> int:
+        messages = [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
+        return int(self.tools.add(self.memory, messages, {"session": session}))
+
+
+class HindsightMemory:
+    """A Hindsight API server over its REST API: ``recall`` before answering, ``retain`` after."""
+
+    name = "hindsight"
+
+    def __init__(self, url: str, bank: str, timeout: float) -> None:
+        self.url = url.rstrip("/")
+        self.bank = bank
+        self.timeout = timeout
+        self.max_tokens = _env_int("AGENT_MEMORY_RECALL_TOKENS", 512)
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        url = f"{self.url}/v1/default/banks/{self.bank}/{path}"
+        req = urllib.request.Request(
+            url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read().decode("utf-8", errors="replace") or "null")
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", errors="replace")[:300]
+            raise MemorySystemError(f"HTTP {exc.code} from {url}: {detail}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise MemorySystemError(f"{url}: {exc}") from None
+
+    def recall(self, query: str) -> list[str]:
+        # Facts, experiences and consolidated observations alike: what it holds before
+        # consolidation has run is facts (or raw chunks) only.
+        body = {"query": query, "max_tokens": self.max_tokens, "types": ["world", "experience", "observation"]}
+        found = self._post("memories/recall", body)
+        items = found.get("results", []) if isinstance(found, dict) else []
+        return [str(r.get("text", "")) for r in items if isinstance(r, dict) and r.get("text")]
+
+    def retain(self, text: str, reply: str, session: str) -> int:
+        content = f"user: {text}\nassistant: {reply}"
+        item = {"content": content, "context": f"conversation {session}", "timestamp": _now().isoformat()}
+        self._post("memories", {"items": [item], "async": False})
+        return 1
+
+
+def _memory_system(cfg: Config) -> Mem0Memory | HindsightMemory | None:
+    name = os.environ.get("AGENT_MEMORY_SYSTEM", "").strip()
+    if name in ("", "native"):
+        return None
+    if name == "mem0":
+        return Mem0Memory()
+    if name == "hindsight":
+        url = os.environ.get("AGENT_HINDSIGHT_URL", "http://127.0.0.1:8888")
+        return HindsightMemory(url, os.environ.get("AGENT_HINDSIGHT_BANK", "agent"), cfg.http_timeout)
+    raise SystemExit(f"agent: unknown AGENT_MEMORY_SYSTEM {name!r}; use mem0 or hindsight")
+
+
 # -- the agent ------------------------------------------------------------------------------
 
 
 class Agent:
-    def __init__(self, cfg: Config, model: Model | None = None) -> None:
+    def __init__(
+        self, cfg: Config, model: Model | None = None, system: Mem0Memory | HindsightMemory | None = None
+    ) -> None:
         self.cfg = cfg
         self.model = model or Model(cfg)
         self.memory = Memory(cfg.memory)
+        self.system = system
         self.session = "default"
         self.history: list[dict[str, Any]] = []
         self.turns = 0
@@ -461,7 +560,7 @@ class Agent:
     def stop_session(self) -> None:
         self.history = []
 
-    def system_prompt(self) -> str:
+    def system_prompt(self, recalled: list[str] | None = None) -> str:
         now = _now()
         parts = [
             f"You are a helpful assistant working in the folder {self.cfg.workspace}.",
@@ -484,6 +583,9 @@ class Agent:
             notes = self.memory.read(self.memory.notes_for(day), 1500).strip()
             if notes:
                 parts.append(f"## Your notes of {day.isoformat()}\n{notes}")
+        if recalled:
+            lines = "\n".join(f"- {_cap(' '.join(m.split()), 500)}" for m in recalled)
+            parts.append(f"## What you remember about this (your memory system)\n{lines}")
         return "\n\n".join(parts)
 
     def _trim_history(self) -> None:
@@ -495,8 +597,10 @@ class Agent:
         self.turns += 1
         turn_id = round_id or f"{self.session}:{self.turns}"
         tools = Tools(self.cfg)
+        memory_report: dict[str, Any] = {}
+        recalled = self._recall(text, memory_report)
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": self.system_prompt()},
+            {"role": "system", "content": self.system_prompt(recalled)},
             *self.history,
             {"role": "user", "content": text},
         ]
@@ -549,7 +653,38 @@ class Agent:
         self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
         self._trim_history()
         self._note(text, reply, tools.written, error)
-        return {"reply": reply, "steps": steps, "error": error, "written": tools.written}
+        if error is None:
+            self._retain(text, reply, memory_report)
+        result: dict[str, Any] = {"reply": reply, "steps": steps, "error": error, "written": tools.written}
+        if self.system is not None:
+            result["memory"] = memory_report
+        return result
+
+    def _recall(self, text: str, report: dict[str, Any]) -> list[str]:
+        if self.system is None:
+            return []
+        report["system"] = self.system.name
+        started = time.monotonic()
+        try:
+            recalled = self.system.recall(text)
+        except Exception as exc:  # a memory system's failure is reported, the turn goes on
+            report["recall_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            _log(f"{self.system.name} recall failed: {report['recall_error']}")
+            return []
+        report.update(recalled=recalled, recall_ms=1000 * (time.monotonic() - started))
+        return recalled
+
+    def _retain(self, text: str, reply: str, report: dict[str, Any]) -> None:
+        if self.system is None:
+            return
+        started = time.monotonic()
+        try:
+            report["stored"] = self.system.retain(text, reply, self.session)
+        except Exception as exc:
+            report["store_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            _log(f"{self.system.name} store failed: {report['store_error']}")
+            return
+        report["store_ms"] = 1000 * (time.monotonic() - started)
 
     def _note(self, text: str, reply: str, written: list[str], error: str | None) -> None:
         def short(s: str) -> str:
@@ -675,7 +810,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if args else 2
-    agent = Agent(Config())
+    cfg = Config()
+    agent = Agent(cfg, system=_memory_system(cfg) if args[0] in ("serve", "once") else None)
     command = args[0]
     if command == "serve":
         return serve(agent)

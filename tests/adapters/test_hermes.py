@@ -21,6 +21,7 @@ import pytest
 from adapters import ExecOutput, LineChannel, ProxyEndpoints
 from adapters.hermes import DECLARATION, HermesHarness, cron_events
 from adapters.hermes.image import BRIDGE_PY, HERMES_VERSION
+from adapters.memory import HINDSIGHT, memory_system
 from adapters.reference_harness import SubprocessTransport
 from sclated.errors import InvalidArgument
 from sclated.scheduler import At, DeliverPrompt, EventSpec, ExecInSandbox
@@ -53,6 +54,13 @@ if args[0] == "chat":
         print("API call failed after 1 retries: Connection error.")
         sys.exit(1)
     sid = args[args.index("--resume") + 1] if "--resume" in args else "20260501_080000_%06x" % (len(text) * 4099)
+    if text.startswith("plugin fails"):  # as hindsight-hermes logs a failed recall and retain
+        (home / "logs").mkdir(exist_ok=True)
+        with (home / "logs" / "errors.log").open("a") as f:
+            f.write("2026-05-01 08:00:00 WARNING hindsight_hermes.tools: Hindsight pre_llm_call recall failed: "
+                    + text + "\n")
+            f.write("2026-05-01 08:00:01 WARNING hindsight_hermes.tools: Hindsight post_llm_call retain failed: "
+                    + text + "\n")
     print("echo: " + text)
     print("\nsession_id: " + sid, file=sys.stderr)
     sys.exit(0)
@@ -130,6 +138,25 @@ def test_environment_points_each_role_at_its_listener() -> None:
     assert h.environment(ep.as_role("memory"))["SCLATE_AGENT_BASE_URL"] == "http://127.0.0.1:4002/v1"
 
 
+def test_hermes_runs_with_hindsight_through_its_plugin_and_no_other_system() -> None:
+    assert DECLARATION.memory_systems == ("native", "hindsight")
+    with pytest.raises(InvalidArgument, match="it offers: native, hindsight"):
+        memory_system("mem0", DECLARATION.memory_systems, "hermes")
+    ep = ProxyEndpoints("http://127.0.0.1:4001", "http://127.0.0.1:4002", "http://127.0.0.1:4003", "k", "m")
+    env = HermesHarness({}, HINDSIGHT).environment(ep)
+    assert json.loads(env["SCLATE_HERMES_SETTINGS"])["plugins"] == ["hindsight"]
+    assert env["HINDSIGHT_API_URL"] == "http://127.0.0.1:8888" and env["HINDSIGHT_BANK_ID"] == "hermes"
+    assert env["SCLATE_HINDSIGHT_BANKS"] == "hermes"
+    # Without it nothing of the plugin is configured or enabled.
+    plain = HermesHarness({}).environment(ep)
+    assert json.loads(plain["SCLATE_HERMES_SETTINGS"])["plugins"] == []
+    assert not [k for k in plain if k.startswith("HINDSIGHT_")]
+    # The plugin is in Hermes's image, at the server's client version.
+    text = (IMAGES / "hermes" / "requirements.txt").read_text().split()
+    assert "hindsight-hermes==0.5.0" in text
+    assert "hindsight-client==" + HINDSIGHT.package.split("==")[1] in text
+
+
 def test_cron_events_one_tick_per_due_time() -> None:
     events = cron_events({"a": 30 * _S, "b": 10 * _S, "c": 30 * _S, "bad": "soon"})
     assert [e.id for e in events] == [f"hermes:cron:{10 * _S}", f"hermes:cron:{30 * _S}"]
@@ -161,6 +188,37 @@ async def test_setup_writes_config_and_jobs_once(fake_home: dict[str, str]) -> N
     assert again["created"] is False and again["schedule"] == first["schedule"]
     creates = [a for a in _argv_log(env) if a[:2] == ["cron", "create"]]
     assert creates == [["cron", "create", "every 1h", "check", "--name", "hourly"]]
+
+
+async def test_setup_enables_the_memory_plugin_only_when_asked(fake_home: dict[str, str]) -> None:
+    env = {**fake_home, "SCLATE_HERMES_SETTINGS": json.dumps({"plugins": ["hindsight"]})}
+    code, _ = await _bridge(env, "setup")
+    config = (Path(env["HERMES_HOME"]) / "config.yaml").read_text()
+    assert code == 0 and 'plugins:\n  enabled: ["hindsight"]\n' in config
+    plain = {**fake_home, "HERMES_HOME": fake_home["HERMES_HOME"] + "-plain", "SCLATE_HERMES_SETTINGS": "{}"}
+    await _bridge(plain, "setup")
+    assert "plugins:" not in (Path(plain["HERMES_HOME"]) / "config.yaml").read_text()
+
+
+async def test_a_turn_reports_the_memory_plugins_failures(fake_home: dict[str, str]) -> None:
+    env = {**fake_home, "SCLATE_HERMES_SETTINGS": json.dumps({"plugins": ["hindsight"], "turn_timeout_s": 60})}
+    t = await SubprocessTransport.start([sys.executable, str(BRIDGE_PY), "serve"], env=env)
+    try:
+
+        async def ask(text: str) -> dict[str, Any]:
+            await t.send(json.dumps({"type": "message", "text": text, "session": "s"}))
+            await t.readline()
+            return dict(json.loads(await t.readline()))
+
+        fine = await ask("hello")
+        assert fine["memory"] == {"system": "hindsight"}
+        failed = await ask("plugin fails: connection refused")
+        assert "recall failed: plugin fails" in failed["memory"]["recall_error"]
+        assert "retain failed: plugin fails" in failed["memory"]["store_error"]
+        # Only what was logged during the turn counts.
+        assert (await ask("hello again"))["memory"] == {"system": "hindsight"}
+    finally:
+        await t.close()
 
 
 async def test_serve_starts_then_resumes_each_session(fake_home: dict[str, str]) -> None:
