@@ -138,16 +138,19 @@ def _results_to_proto(results: dict[str, Any]) -> pb.RunResults:
                 clock_mode=str(s.get("clock_mode", "")),
             )
         )
-    for c in results.get("calls", []):
-        out.calls.add(
-            role=c["role"],
-            calls=c.get("calls", 0),
-            prompt_tokens=c.get("prompt_tokens", 0),
-            completion_tokens=c.get("completion_tokens", 0),
-            failed=c.get("failed", 0),
-            failed_by_cause={str(k): int(v) for k, v in (c.get("failed_by_cause") or {}).items()},
-            unleased=c.get("unleased", 0),
-        )
+    for rows, field in ((results.get("calls", []), out.calls), (results.get("components", []), out.components)):
+        for c in rows:
+            field.add(
+                role=c["role"],
+                calls=c.get("calls", 0),
+                prompt_tokens=c.get("prompt_tokens", 0),
+                completion_tokens=c.get("completion_tokens", 0),
+                failed=c.get("failed", 0),
+                failed_by_cause={str(k): int(v) for k, v in (c.get("failed_by_cause") or {}).items()},
+                unleased=c.get("unleased", 0),
+            )
+    if results.get("memory_token_share") is not None:
+        out.memory_token_share = float(results["memory_token_share"])
     cap = results.get("capture")
     if cap:
         out.capture.CopyFrom(
@@ -260,6 +263,18 @@ def event_to_proto(ev: EventRow, run_name: str) -> pb.RunEvent:
                 harness_error=p.get("harness_error", ""),
             )
         )
+        memory = p.get("memory")
+        if isinstance(memory, dict):
+            out.turn.memory.CopyFrom(
+                pb.MemoryTurn(
+                    system=str(memory.get("system", "")),
+                    recalled=[str(t) for t in memory.get("recalled", [])],
+                    recall_ms=float(memory.get("recall_ms", 0.0)),
+                    stored=int(memory.get("stored", 0)),
+                    store_ms=float(memory.get("store_ms", 0.0)),
+                    error=str(memory.get("error", "")),
+                )
+            )
     elif ev.kind == "verdict":
         out.verdict.CopyFrom(
             pb.VerdictEvent(

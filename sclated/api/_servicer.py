@@ -149,7 +149,9 @@ class SclateServicer(pb_grpc.SclateServicer):
     async def StreamTrajectories(
         self, request: pb.StreamTrajectoriesRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Trajectory]:
-        samples = await self._runs.trajectories(current_tenant.get(), request.run, list(request.trainable_roles))
+        samples = await self._runs.trajectories(
+            current_tenant.get(), request.run, list(request.trainable_roles), list(request.roles)
+        )
         # Copying token lists into messages is proportional to the run's tokens.
         for msg in await asyncio.to_thread(_trajectories, samples, request.run):
             yield msg
@@ -166,6 +168,7 @@ class SclateServicer(pb_grpc.SclateServicer):
                 request.format,
                 list(request.trainable_roles),
                 path,
+                list(request.roles),
             )
             f = await asyncio.to_thread(_open_sized, path)
         finally:

@@ -293,6 +293,20 @@ def render_markdown(run_name: str, results: dict[str, Any], tl: Timeline, paths:
         lines += _table(
             ["role", "calls", "prompt tokens", "completion tokens", "failed attempts", "by cause"], [*rows, total]
         )
+    components = results.get("components")
+    if isinstance(components, list) and any(isinstance(c, dict) and ":" in str(c.get("role")) for c in components):
+        share = results.get("memory_token_share")
+        lines += ["", "### By component", ""]
+        if isinstance(share, int | float):
+            lines += [f"The memory role's share of all tokens: {100 * share:.1f}%.", ""]
+        lines += _table(
+            ["component", "calls", "prompt tokens", "completion tokens", "failed attempts"],
+            [
+                [c.get("role"), c.get("calls"), c.get("prompt_tokens"), c.get("completion_tokens"), c.get("failed", 0)]
+                for c in components
+                if isinstance(c, dict)
+            ],
+        )
     capture = results.get("capture")
     if isinstance(capture, dict) and capture:
         lines += ["", "## Capture health", ""]

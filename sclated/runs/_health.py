@@ -7,19 +7,38 @@ results and captured calls, and said in words next to the score.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sclated.capture import failure_cause
 
-__all__ = ["capture_totals", "run_warnings", "summarize_calls"]
+__all__ = ["capture_totals", "memory_token_share", "run_warnings", "summarize_calls", "summarize_components"]
 
 
 def summarize_calls(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Captured model calls by role: token counts (a retry is not a new call), and every
     failed attempt by cause (retries included: each one hit a broken endpoint)."""
+    return _summarize(records, lambda rec: str(rec.get("role", "unknown")))
+
+
+def summarize_components(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same by component (``memory:mem0``, ``memory:embeddings``, ``agent``); the
+    ``role`` key holds the component. Records from before components were recorded
+    count under their role."""
+    return _summarize(records, lambda rec: str(rec.get("component") or rec.get("role", "unknown")))
+
+
+def memory_token_share(by_role: list[dict[str, Any]]) -> float | None:
+    """The memory role's share of all tokens (None without any token)."""
+    total = sum(r["prompt_tokens"] + r["completion_tokens"] for r in by_role)
+    memory = sum(r["prompt_tokens"] + r["completion_tokens"] for r in by_role if r["role"] == "memory")
+    return memory / total if total else None
+
+
+def _summarize(records: list[dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
     by_role: dict[str, dict[str, Any]] = {}
     for rec in records:
-        role = str(rec.get("role", "unknown"))
+        role = key(rec)
         row = by_role.setdefault(
             role,
             {

@@ -39,7 +39,13 @@ from sclated.errors import (
     Unavailable,
 )
 from sclated.report import write_report
-from sclated.runs._health import capture_totals, run_warnings, summarize_calls
+from sclated.runs._health import (
+    capture_totals,
+    memory_token_share,
+    run_warnings,
+    summarize_calls,
+    summarize_components,
+)
 from sclated.runs._registry import Registry
 from sclated.runs._snapshots import RestorePlan, Snapshots, SnapshotView
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
@@ -434,7 +440,7 @@ class RunManager:
     async def _validate(self, spec: RunSpec) -> None:
         """What the spec names must exist and fit together; a bad run is refused, nothing stored."""
         entry = self.registry.agent(spec.agent.harness)
-        agent = entry.factory(spec.agent.options)
+        agent = entry.make(spec.agent.options, spec.agent.memory)
         scenario = await asyncio.to_thread(load_scenario, self.registry, spec)
         missing = missing_capabilities(scenario.requires, agent.capabilities)
         if missing:
@@ -794,6 +800,10 @@ class RunManager:
                 by_role = summarize_calls(calls)
                 if calls:
                     outcome.results["calls"] = by_role
+                    outcome.results["components"] = summarize_components(calls)
+                    share = memory_token_share(by_role)
+                    if share is not None:
+                        outcome.results["memory_token_share"] = share
                 at_close = live.worker.capture_at_close() if live.worker is not None else None
                 if calls or at_close:
                     outcome.results["capture"] = capture_totals(by_role, at_close)
@@ -844,11 +854,18 @@ class RunManager:
         return {"running": len(self._running), "pending": len(self._queue), "live": len(self._live)}
 
     # -- trajectories ----------------------------------------------------------------
-    async def trajectories(self, tenant: str, name: str, roles: Sequence[str] = ()) -> Sequence[Sample]:
-        """The run's token-level samples; rewards are None until a round is graded."""
+    async def trajectories(
+        self, tenant: str, name: str, roles: Sequence[str] = (), only: Sequence[str] = ()
+    ) -> Sequence[Sample]:
+        """The run's token-level samples; rewards are None until a round is graded.
+
+        ``roles`` train (empty: the agent's); ``only`` keeps the samples of these
+        roles (empty: every role's)."""
         trainable_roles(roles)
+        kept = set(trainable_roles(only, "roles")) if only else None
         row = await self._get_row(tenant, name, "run")
-        return await run_samples(self.store, row.name, row.results, roles)
+        samples = await run_samples(self.store, row.name, row.results, roles)
+        return samples if kept is None else [s for s in samples if s.role in kept]
 
     async def export(
         self,
@@ -857,13 +874,14 @@ class RunManager:
         fmt: str,
         roles: Sequence[str],
         out_path: str | os.PathLike[str],
+        only: Sequence[str] = (),
     ) -> int:
         """Write the run's samples to ``out_path`` in ``fmt``; returns the rows written."""
         # Checked before the run is looked up, so a bad request is
         # INVALID_ARGUMENT whatever the run.
         if fmt not in EXPORT_FORMATS:
             raise InvalidArgument(f"unknown export format {fmt!r}; one of {', '.join(EXPORT_FORMATS)}", field="format")
-        samples = await self.trajectories(tenant, name, roles)
+        samples = await self.trajectories(tenant, name, roles, only)
         if any(s.reward is None for s in samples):
             raise FailedPrecondition(
                 f"run {name!r} has no graded verdict yet, so its trajectories have no reward to "

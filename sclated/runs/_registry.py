@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentEntry", "Registry", "default_registry"]
 
-AgentFactory = Callable[[Mapping[str, Any]], AgentAdapter]
+AgentFactory = Callable[[Mapping[str, Any], str], AgentAdapter]
+"""Makes a run's agent from its options and its memory system (a name ``memory_systems`` lists)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,7 @@ class AgentEntry:
     sandboxed: bool
     factory: AgentFactory
     memory_systems: tuple[str, ...] = ("native",)
+    """The memory systems it runs with, its default first (``sclate runs create --memory``)."""
     version: str = ""
     wire_apis: tuple[str, ...] = ()
     """The model APIs it speaks (empty: it makes no model calls of its own)."""
@@ -33,6 +35,17 @@ class AgentEntry:
     """The image its sandbox runs (empty: it runs inside the daemon)."""
     process_clock: str = ""
     """The clock the harness process reads: simulated or wall (empty: it runs inside the daemon)."""
+
+    def make(self, options: Mapping[str, Any], memory: str = "") -> AgentAdapter:
+        """A run's agent; ``memory`` empty means the default (the first of ``memory_systems``)."""
+        if memory and memory not in self.memory_systems:
+            raise InvalidArgument(
+                f"agent {self.name!r} does not run with memory system {memory!r}; it offers: "
+                f"{', '.join(self.memory_systems)}",
+                field="run.agent.memory",
+                reason="UNSUPPORTED_MEMORY",
+            )
+        return self.factory(options, memory or self.memory_systems[0])
 
 
 @dataclass(slots=True)
@@ -91,7 +104,7 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
                 name=d.name,
                 description=d.description,
                 sandboxed=True,
-                factory=sandboxed_factory(harness.make, d.options, services),
+                factory=sandboxed_factory(harness.make, d, services),
                 memory_systems=d.memory_systems,
                 version=d.version,
                 wire_apis=tuple(sorted(d.wire_apis)),
@@ -105,7 +118,7 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
             name="scripted",
             description="answers every message after a fixed busy time, inside the daemon (tests, load)",
             sandboxed=False,
-            factory=ScriptedAgent,
+            factory=lambda options, memory: ScriptedAgent(options),
             memory_systems=("none",),
             version=__version__,
             capabilities=tuple(sorted(c.value for c in ScriptedAgent.CAPABILITIES)),

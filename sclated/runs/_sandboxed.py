@@ -5,7 +5,9 @@ the sandbox room (:class:`sclated.sandbox.SandboxSession`) wires container,
 model bridge, capture and time. This puts the two together behind the
 :class:`adapters.AgentAdapter` a run talks to, with the facets every sandbox
 gives: a workspace, jobs (attributed to the memory role), and files that
-snapshots keep.
+snapshots keep. A run's memory system (``adapters.memory``) rides along: the
+pair's image, the system's server started before the harness and stopped
+after it, its calls sent to the memory listener.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from adapters import (
     AgentFiles,
     Capability,
     ExecOutput,
+    HarnessDeclaration,
     Jobs,
     LineChannel,
     ProxyEndpoints,
@@ -30,6 +33,7 @@ from adapters import (
     TurnResult,
     Workspace,
 )
+from adapters.memory import MemorySystem, memory_environment, memory_image, memory_routines, memory_system
 from sclated.errors import FailedPrecondition, InvalidArgument, RuntimeUnavailable
 from sclated.runtime import Limits
 from sclated.sandbox import SandboxOptions, SandboxServices, SandboxSession, SessionConfig, SessionStart
@@ -41,12 +45,17 @@ SANDBOX_CAPABILITIES = frozenset({Capability.WORKSPACE, Capability.JOBS, Capabil
 """What every sandbox gives a harness, whatever it declares."""
 
 
-def sandboxed_factory(
-    make: Callable[[Mapping[str, Any]], SandboxHarness], declared: frozenset[str], services: SandboxServices | None
-) -> Callable[[Mapping[str, Any]], SandboxedAgent]:
-    """An agent factory: run options split between the sandbox's and the harness's own."""
+HarnessMaker = Callable[[Mapping[str, Any], MemorySystem | None], SandboxHarness]
 
-    def factory(options: Mapping[str, Any]) -> SandboxedAgent:
+
+def sandboxed_factory(
+    make: HarnessMaker, declaration: HarnessDeclaration, services: SandboxServices | None
+) -> Callable[[Mapping[str, Any], str], SandboxedAgent]:
+    """An agent factory: run options split between the sandbox's and the harness's own,
+    the memory system checked against what the harness offers."""
+    declared = declaration.options
+
+    def factory(options: Mapping[str, Any], memory: str) -> SandboxedAgent:
         unknown = set(options) - SandboxOptions.KEYS - declared
         if unknown:
             raise InvalidArgument(
@@ -54,8 +63,9 @@ def sandboxed_factory(
                 f"{', '.join(sorted(SandboxOptions.KEYS | declared))}",
                 field="run.agent.options",
             )
+        system = memory_system(memory, declaration.memory_systems, declaration.name)
         own = {k: v for k, v in options.items() if k not in SandboxOptions.KEYS}
-        return SandboxedAgent(make(own), SandboxOptions.parse(options), services)
+        return SandboxedAgent(make(own, system), SandboxOptions.parse(options), services, memory=system)
 
     return factory
 
@@ -90,12 +100,34 @@ class _HarnessAccess:
 class SandboxedAgent:
     """Implements :class:`adapters.AgentAdapter` and its Workspace, Jobs and AgentFiles facets."""
 
-    def __init__(self, harness: SandboxHarness, options: SandboxOptions, services: SandboxServices | None) -> None:
+    def __init__(
+        self,
+        harness: SandboxHarness,
+        options: SandboxOptions,
+        services: SandboxServices | None,
+        *,
+        memory: MemorySystem | None = None,
+    ) -> None:
         self.harness = harness
         self.declaration = harness.declaration
+        self.memory = memory
         self._options = options
         self._services = services
         self._session: SandboxSession | None = None
+        self._embedded_model = False
+
+    @property
+    def image(self) -> str:
+        d = self.declaration
+        return d.image if self.memory is None else memory_image(d.image, self.memory)
+
+    def _environment(self, endpoints: ProxyEndpoints) -> Mapping[str, str]:
+        """The harness's environment, and where its memory system's calls go (the memory
+        listener; the capture proxy reads the system's name from it too)."""
+        env = dict(self.harness.environment(endpoints))
+        if self.memory is not None:
+            env.update(memory_environment(self.memory, endpoints, embedded_model=self._embedded_model))
+        return env
 
     # -- declared -----------------------------------------------------------------------
     @property
@@ -127,11 +159,12 @@ class SandboxedAgent:
         if self._services is None:
             raise RuntimeUnavailable("this daemon has no sandbox runtime configured")
         r = env.resources
+        self._embedded_model = not env.model_base_url
         config = SessionConfig(
             run_key=env.run_key,
             tenant=env.tenant,
             run_id=env.run_id,
-            image=self.declaration.image,
+            image=self.image,
             model_base_url=env.model_base_url,
             model_name=env.model_name,
             model_api_key_env=env.model_api_key_env,
@@ -153,11 +186,12 @@ class SandboxedAgent:
             start = SessionStart.ADOPT
         else:
             start = SessionStart.FRESH
-        await session.open(start, env=self.harness.environment, snapshot_dir=env.restore_from)
+        await session.open(start, env=self._environment, snapshot_dir=env.restore_from)
         self._session = session
         try:
             if start is SessionStart.FRESH and env.workspace_seed is not None:
                 await session.put_dir(env.workspace_seed, "/workspace")
+            await self._start_memory_server(session)
             await self.harness.start(_HarnessAccess(session, env.schedule))
             await self._probe_process(session)
         except BaseException:
@@ -165,10 +199,33 @@ class SandboxedAgent:
             await session.close()
             raise
 
+    async def _start_memory_server(self, session: SandboxSession) -> None:
+        server = self.memory.server if self.memory is not None else None
+        if server is None:
+            return
+        env = self._environment(session.endpoints)
+        out = await session.exec(
+            server.start, env=env, workdir="/", timeout_s=server.start_timeout_s, user=server.user or None
+        )
+        if out.exit_code != 0:
+            raise FailedPrecondition(
+                f"memory system {self.memory.name if self.memory else ''} did not start "
+                f"(exit {out.exit_code}): {out.output[-800:]}",
+                reason="MEMORY_SYSTEM",
+            )
+
+    async def _stop_memory_server(self, session: SandboxSession) -> None:
+        server = self.memory.server if self.memory is not None else None
+        if server is not None:
+            await session.exec(server.stop, workdir="/", timeout_s=120, user=server.user or None)
+
     async def close(self, *, keep: bool = False) -> None:
         session, self._session = self._session, None
         try:
             await self.harness.stop()
+            if session is not None and not keep:
+                # Its database is shut down cleanly: the files a last look finds are whole.
+                await self._stop_memory_server(session)
         finally:
             if session is not None:
                 await session.close(keep=keep)
@@ -228,7 +285,7 @@ class SandboxedAgent:
             await self.harness.restore_state(src)
 
     def routines(self) -> Sequence[EventSource]:
-        return self.harness.routines()
+        return [*self.harness.routines(), *memory_routines(self.memory)]
 
     # -- Workspace --------------------------------------------------------------------------
     async def exec(self, command: str, *, timeout_s: float = 120.0) -> tuple[int, str]:
@@ -261,6 +318,9 @@ class SandboxedAgent:
         command = self.harness.consolidate_command()
         if command is not None:
             await self.run_job(command, holder="benchmark", timeout_s=600)
+        server = self.memory.server if self.memory is not None else None
+        if server is not None and server.consolidate:
+            await self.run_job(shlex.join(server.consolidate), holder="benchmark", timeout_s=900)
 
     # -- AgentFiles ---------------------------------------------------------------------------
     async def snapshot(self, dest: Path, *, on_paused: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:

@@ -259,7 +259,7 @@ class Snapshots:
                 field="snapshot",
             ) from None
         if info.get("sandbox"):
-            files = self._registry.agent(spec.agent.harness).factory(spec.agent.options).files
+            files = self._registry.agent(spec.agent.harness).make(spec.agent.options, spec.agent.memory).files
             if files is None:
                 raise FailedPrecondition(
                     f"snapshot {snapshot_name!r} holds sandbox files, but agent {spec.agent.harness!r} keeps none",

@@ -186,7 +186,7 @@ class RunWorker:
         self.sink = sink
         self.judge = judge
         self.scenario = load_scenario(registry, spec)
-        self.agent: AgentAdapter = registry.agent(spec.agent.harness).factory(spec.agent.options)
+        self.agent: AgentAdapter = registry.agent(spec.agent.harness).make(spec.agent.options, spec.agent.memory)
         self._journal_in = journal
         self.replies: dict[str, str] = {}
         self.verdicts: dict[str, Verdict] = {}
@@ -376,9 +376,11 @@ class RunWorker:
             reply = result.reply
             now = loop.clock.now()
             self.timeline.note_turn(turn_started_wall, time.monotonic_ns(), turn_started_sim, round_id)
+            memory = _memory_turn(result.details.get("memory"))
             self.sink.emit(
                 "turn",
                 {
+                    **({"memory": memory} if memory is not None else {}),
                     "round_id": round_id,
                     "session": prompt.session or "",
                     "phase": "ended",
@@ -755,3 +757,25 @@ class RunWorker:
                 "clock_mode": self.loop.clock.mode.value,
             }
         return out
+
+
+def _memory_turn(report: Any) -> dict[str, Any] | None:
+    """A harness's report of its memory system's turn (recalled, stored, timings) as a
+    turn event carries it: texts cut, errors joined; None without a report."""
+    if not isinstance(report, dict):
+        return None
+    recalled = report.get("recalled")
+    errors = [str(report[k]) for k in ("recall_error", "store_error") if report.get(k)]
+
+    def number(key: str) -> float:
+        value = report.get(key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+    return {
+        "system": str(report.get("system", "")),
+        "recalled": [str(t)[:500] for t in recalled[:50]] if isinstance(recalled, list) else [],
+        "recall_ms": number("recall_ms"),
+        "stored": int(number("stored")),
+        "store_ms": number("store_ms"),
+        "error": "; ".join(errors)[:1000],
+    }

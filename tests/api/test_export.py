@@ -37,9 +37,7 @@ async def seed(api: Api, run: pb.Run, records: list[dict[str, Any]], tenant: str
         assert await api.daemon.store.put_call(key, r["call_id"], r["role"], r)
 
 
-async def finished_run(
-    api: Api, tenant: str = LOCAL_TENANT, run_id: str = ""
-) -> tuple[pb.Run, Scenario]:
+async def finished_run(api: Api, tenant: str = LOCAL_TENANT, run_id: str = "") -> tuple[pb.Run, Scenario]:
     run = await api.create(days=2, run_id=run_id)
     await api.watch_all(run.name)
     run = await api.stub.GetRun(pb.GetRunRequest(name=run.name), metadata=api.md())
@@ -49,15 +47,17 @@ async def finished_run(
     return run, sc
 
 
-async def trajectories(api: Api, name: str, roles: tuple[str, ...] = ()) -> list[pb.Trajectory]:
-    req = pb.StreamTrajectoriesRequest(run=name, trainable_roles=roles)
+async def trajectories(
+    api: Api, name: str, roles: tuple[str, ...] = (), only: tuple[str, ...] = ()
+) -> list[pb.Trajectory]:
+    req = pb.StreamTrajectoriesRequest(run=name, trainable_roles=roles, roles=only)
     return [t async for t in api.stub.StreamTrajectories(req, metadata=api.md())]
 
 
 async def export_chunks(
-    api: Api, name: str, fmt: str, roles: tuple[str, ...] = ()
+    api: Api, name: str, fmt: str, roles: tuple[str, ...] = (), only: tuple[str, ...] = ()
 ) -> list[pb.ExportChunk]:
-    req = pb.ExportTrajectoriesRequest(run=name, format=fmt, trainable_roles=roles)
+    req = pb.ExportTrajectoriesRequest(run=name, format=fmt, trainable_roles=roles, roles=only)
     return [c async for c in api.stub.ExportTrajectories(req, metadata=api.md())]
 
 
@@ -92,9 +92,7 @@ async def test_stream_trajectories_of_a_finished_run(api: Api) -> None:
     assert len(agent.rollout_logprobs) == len(agent.response_ids)
     assert agent.branch_reason == "new_thread" and agent.stop_reason == "stop"
     # Observation tokens carry no logprob of their own.
-    assert all(
-        lp == 0.0 for lp, m in zip(agent.rollout_logprobs, agent.loss_mask, strict=True) if not m
-    )
+    assert all(lp == 0.0 for lp, m in zip(agent.rollout_logprobs, agent.loss_mask, strict=True) if not m)
     memory = by_thread["t-memory"]
     assert memory.role == "memory" and set(memory.loss_mask) == {0}
     sub = by_thread["t-sub"]
@@ -104,6 +102,10 @@ async def test_stream_trajectories_of_a_finished_run(api: Api) -> None:
     trained = {t.thread: t for t in await trajectories(api, run.name, ("agent", "memory"))}
     assert set(trained["t-memory"].loss_mask) == {1}
     assert list(trained["t-main"].loss_mask) == list(agent.loss_mask)
+    # The memory calls on their own, trained.
+    (alone,) = await trajectories(api, run.name, ("memory",), ("memory",))
+    assert alone.thread == "t-memory" and set(alone.loss_mask) == {1}
+    assert {t.role for t in await trajectories(api, run.name, only=("agent",))} == {"agent"}
 
 
 @pytest.mark.parametrize("fmt", ["skyrl", "verl", "atif"])
@@ -115,9 +117,7 @@ async def test_export_each_format(api: Api, export_tmp: Path, fmt: str) -> None:
     if fmt == "skyrl":
         for r in rows:
             assert len(r["response_ids"]) == len(r["loss_masks"]) > 0
-            assert r["rollout_logprobs"] is None or len(r["rollout_logprobs"]) == len(
-                r["response_ids"]
-            )
+            assert r["rollout_logprobs"] is None or len(r["rollout_logprobs"]) == len(r["response_ids"])
             assert r["rewards"] == score
         by_role = {r["metadata"]["role"]: r for r in rows if r["metadata"]["thread"] != "t-sub"}
         assert set(by_role["memory"]["loss_masks"]) == {0}
@@ -192,9 +192,7 @@ async def test_partial_logprobs_are_sent_as_none(api: Api) -> None:
 async def test_bad_input_and_missing_runs(api: Api) -> None:
     run, _ = await finished_run(api)
     for name in (run.name, "runs/missing"):
-        err = await expect_error(
-            export_chunks(api, name, "parquet"), grpc.StatusCode.INVALID_ARGUMENT
-        )
+        err = await expect_error(export_chunks(api, name, "parquet"), grpc.StatusCode.INVALID_ARGUMENT)
         assert err["sclate-field"] == "format" and "skyrl" in err["details"]
     err = await expect_error(export_chunks(api, "runs/missing", "verl"), grpc.StatusCode.NOT_FOUND)
     assert err["sclate-field"] == "run"
@@ -205,6 +203,9 @@ async def test_bad_input_and_missing_runs(api: Api) -> None:
     for call_ in (trajectories(api, run.name, ("",)), export_chunks(api, run.name, "verl", ("",))):
         err = await expect_error(call_, grpc.StatusCode.INVALID_ARGUMENT)
         assert err["sclate-field"] == "trainable_roles"
+    for call_ in (trajectories(api, run.name, only=(" x",)), export_chunks(api, run.name, "verl", only=("",))):
+        err = await expect_error(call_, grpc.StatusCode.INVALID_ARGUMENT)
+        assert err["sclate-field"] == "roles"
 
 
 async def test_a_run_without_captured_calls_is_empty_not_an_error(api: Api) -> None:
@@ -224,9 +225,7 @@ async def test_a_running_run_streams_what_is_captured_so_far(api: Api) -> None:
     (t,) = await trajectories(api, run.name)
     assert list(t.call_ids) == ["call-a1", "call-a2"]
     assert not t.HasField("reward")  # nothing graded in the results yet
-    err = await expect_error(
-        export_chunks(api, run.name, "verl"), grpc.StatusCode.FAILED_PRECONDITION
-    )
+    err = await expect_error(export_chunks(api, run.name, "verl"), grpc.StatusCode.FAILED_PRECONDITION)
     assert err["sclate-reason"] == "NO_REWARDS"
     await api.stub.CancelRun(pb.CancelRunRequest(name=run.name))
 
@@ -255,9 +254,7 @@ async def sclate(api: Api, *argv: str) -> int:
     return await asyncio.to_thread(cli.main, ["--endpoint", api.daemon.tcp_address or "", *argv])
 
 
-async def test_cli_export_and_trajectories(
-    api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def test_cli_export_and_trajectories(api: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run, sc = await finished_run(api)
     out = tmp_path / "out" / "train.jsonl"
     rid = run.name.removeprefix("runs/")
@@ -273,6 +270,11 @@ async def test_cli_export_and_trajectories(
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert set(next(r for r in rows if r["metadata"]["role"] == "memory")["loss_masks"]) == {1}
     assert sorted(p.name for p in out.parent.iterdir()) == ["train.jsonl"]
+    # --role memory: the memory calls on their own, in the loss.
+    assert await sclate(api, *args, "--role", "memory") == 0
+    assert capsys.readouterr().out.strip() == f"wrote 1 skyrl rows to {out}"
+    (only,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert only["metadata"]["role"] == "memory" and set(only["loss_masks"]) == {1}
 
     # A failed export keeps the previous file and leaves no partial one.
     before = out.read_bytes()

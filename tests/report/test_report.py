@@ -202,3 +202,20 @@ def test_renders_a_long_busy_run_quickly(tmp_path: Path) -> None:
     assert time.monotonic() - started < 30
     assert json.loads(paths.json_path.read_text())["timeline"]["fires"] == 320
     _png_size(paths.plot_path)
+
+
+def test_memory_components_and_share_are_reported(tmp_path: Path) -> None:
+    results = _results()
+    results["components"] = [
+        {"role": "agent", "calls": 3, "prompt_tokens": 300, "completion_tokens": 30, "failed": 0},
+        {"role": "memory:mem0", "calls": 2, "prompt_tokens": 40, "completion_tokens": 8, "failed": 0},
+        {"role": "memory:embeddings", "calls": 5, "prompt_tokens": 25, "completion_tokens": 0, "failed": 1},
+    ]
+    results["memory_token_share"] = 73 / 403
+    md = write_report(tmp_path, run_name="r", results=results, timeline=_timeline()).markdown_path.read_text()
+    assert "| memory:embeddings | 5 | 25 | 0 | 1 |" in md
+    assert "The memory role's share of all tokens: 18.1%." in md
+    # Only roles, nothing finer: no component table.
+    del results["components"][1:]
+    md = write_report(tmp_path / "b", run_name="r", results=results, timeline=_timeline()).markdown_path.read_text()
+    assert "By component" not in md

@@ -29,7 +29,9 @@ def synthetic_with(
     """A registry with the synthetic benchmark and one agent, and a spec that runs them."""
     registry = Registry()
     registry.add_benchmark(SyntheticBenchmark())
-    registry.add_agent(AgentEntry(name, "test double", sandboxed=False, factory=factory))
+    registry.add_agent(
+        AgentEntry(name, "test double", sandboxed=False, factory=lambda options, memory: factory(options))
+    )
     spec = RunSpec.from_dict(
         {
             "benchmark": {"name": "synthetic", "options": {"days": days, "events_per_day": events_per_day}},

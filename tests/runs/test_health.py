@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sclated.runs._health import run_warnings
+from typing import Any
+
+from sclated.runs._health import memory_token_share, run_warnings, summarize_calls, summarize_components
 
 
 def test_a_clean_run_has_no_warning() -> None:
@@ -54,3 +56,33 @@ def test_a_harness_on_the_wall_clock_is_said_and_a_probe_disagreeing_wins() -> N
     ]
     disagree = {"harness": {"harness": "x", "process_clock": "simulated", "warning": "x is declared to read ..."}}
     assert run_warnings(disagree) == ["x is declared to read ..."]
+
+
+def test_components_split_the_memory_role_and_its_share_counts_every_memory_token() -> None:
+    def rec(role: str, component: str, prompt: int, completion: int = 0) -> dict[str, Any]:
+        return {
+            "role": role,
+            "component": component,
+            "status": 200,
+            "complete": True,
+            "error": None,
+            "response": {},
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
+        }
+
+    records = [
+        rec("agent", "agent", 900, 60),
+        rec("memory", "memory:mem0", 30, 10),
+        rec("memory", "memory:embeddings", 8),
+        rec("memory", "memory:embeddings", 12),
+        {**rec("aux", "", 5)},  # a record from before components: counted under its role
+    ]
+    by_component = {r["role"]: r for r in summarize_components(records)}
+    assert set(by_component) == {"agent", "memory:mem0", "memory:embeddings", "aux"}
+    assert by_component["memory:embeddings"]["calls"] == 2
+    assert by_component["memory:embeddings"]["prompt_tokens"] == 20
+    share = memory_token_share(summarize_calls(records))
+    assert share == (30 + 10 + 20) / (960 + 40 + 20 + 5)
+    assert memory_token_share(summarize_calls([])) is None
+    # Without memory calls the share is 0, not absent: the run had calls.
+    assert memory_token_share(summarize_calls(records[:1])) == 0.0

@@ -68,7 +68,7 @@ def _registry(agent: SeedTaking) -> Registry:
     registry.add_benchmark(MetaClawBenchmark())
     caps = tuple(sorted(c.value for c in agent.capabilities))
 
-    def factory(options: Mapping[str, Any]) -> SeedTaking:
+    def factory(options: Mapping[str, Any], memory: str) -> SeedTaking:
         return agent
 
     registry.add_agent(AgentEntry(agent.name, "test double", sandboxed=False, factory=factory, capabilities=caps))
@@ -107,7 +107,7 @@ async def test_an_agent_without_seeded_sessions_keeps_the_continual_protocol(tmp
     agent = SeedTaking()
     registry = _registry(agent)
     registry.agents[agent.name] = AgentEntry(
-        agent.name, "test double", sandboxed=False, factory=lambda o: agent, capabilities=("workspace",)
+        agent.name, "test double", sandboxed=False, factory=lambda o, m: agent, capabilities=("workspace",)
     )
     spec = RunSpec.from_dict(
         {"benchmark": {"name": "metaclaw", "scenario": "tiny", "subset": ["day01"]}, "agent": {"harness": agent.name}}

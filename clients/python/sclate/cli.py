@@ -264,6 +264,14 @@ def _show_run(run: Any, output: str) -> None:
                 f"{c.calls} calls, {c.prompt_tokens} prompt + {c.completion_tokens} completion tokens"
                 + (failed if c.failed else ""),
             )
+        roles = {c.role for c in r.calls}
+        for c in r.components:
+            if c.role not in roles:  # finer than a role: memory:mem0, memory:embeddings
+                t.add_row(
+                    f"  {c.role}", f"{c.calls} calls, {c.prompt_tokens} prompt + {c.completion_tokens} completion"
+                )
+        if r.HasField("memory_token_share"):
+            t.add_row("memory share", f"{100 * r.memory_token_share:.1f}% of tokens")
         if r.HasField("capture"):
             cap = r.capture
             t.add_row(
@@ -379,7 +387,9 @@ def write_atomic(out: Path, chunks: Iterator[bytes]) -> None:
 def cmd_runs_export(args: argparse.Namespace, client: Client) -> int:
     from sclate_api.v1 import sclate_pb2 as pb
 
-    req = pb.ExportTrajectoriesRequest(run=_run_name(args.name), format=args.format, trainable_roles=args.role or [])
+    req = pb.ExportTrajectoriesRequest(
+        run=_run_name(args.name), format=args.format, trainable_roles=args.role or [], roles=args.role or []
+    )
     rows = 0
 
     def chunks() -> Iterator[bytes]:
@@ -396,7 +406,7 @@ def cmd_runs_export(args: argparse.Namespace, client: Client) -> int:
 def cmd_runs_trajectories(args: argparse.Namespace, client: Client) -> int:
     from sclate_api.v1 import sclate_pb2 as pb
 
-    req = pb.StreamTrajectoriesRequest(run=_run_name(args.name), trainable_roles=args.role or [])
+    req = pb.StreamTrajectoriesRequest(run=_run_name(args.name), trainable_roles=args.role or [], roles=args.role or [])
     for t in client.stream("StreamTrajectories", req):
         if args.output == "json":
             print(json.dumps(_to_dict(t)), flush=True)
@@ -671,7 +681,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("name")
     _add_output(tr)
     for sp, fn in ((ex, cmd_runs_export), (tr, cmd_runs_trajectories)):
-        sp.add_argument("--role", action="append", help="a trainable role (repeatable; default: agent)")
+        sp.add_argument(
+            "--role",
+            action="append",
+            help="only this role's trajectories, trained (repeatable; --role memory: the memory calls on "
+            "their own); default: every role's, the agent's trained",
+        )
         sp.set_defaults(func=fn)
     _add_snapshot_commands(runs)
 

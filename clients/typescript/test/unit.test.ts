@@ -48,10 +48,10 @@ test("run events become a union discriminated by kind", () => {
   assert.equal(ev.kind, "state");
   assert.equal(formatEvent(ev), "#7 1970-01-02T00:00:00.500Z state SUCCEEDED");
   const turn = toRunEvent({ ...base, simTime: { seconds: 0, nanos: 0 }, kind: "turn",
-    turn: { roundId: "", session: "", phase: "ended", reply: "a\nb", deliveryDelayMs: 1.25, harnessError: "" } });
+    turn: { roundId: "", session: "", phase: "ended", reply: "a\nb", deliveryDelayMs: 1.25, harnessError: "", memory: null } });
   assert.equal(formatEvent(turn), '#7 - turn ended delay=1.3ms reply="a\\nb"');
   const failed = toRunEvent({ ...base, simTime: { seconds: 0, nanos: 0 }, kind: "turn",
-    turn: { roundId: "", session: "", phase: "ended", reply: "", deliveryDelayMs: 2, harnessError: "exit 1" } });
+    turn: { roundId: "", session: "", phase: "ended", reply: "", deliveryDelayMs: 2, harnessError: "exit 1", memory: null } });
   assert.equal(formatEvent(failed), '#7 - turn ended delay=2.0ms harness_error="exit 1"');
   assert.equal(toRunEvent({ ...base }).kind, "unknown");
   assert.equal(runName("abc"), "runs/abc");

@@ -250,7 +250,7 @@ class JudgeInfo(_message.Message):
     def __init__(self, endpoint: _Optional[str] = ..., model: _Optional[str] = ..., embedded: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
 
 class RunResults(_message.Message):
-    __slots__ = ("score", "rounds", "rounds_graded", "round_scores", "scheduler", "calls", "report_path", "plot_path", "capture", "judges", "warnings", "harness")
+    __slots__ = ("score", "rounds", "rounds_graded", "round_scores", "scheduler", "calls", "report_path", "plot_path", "capture", "judges", "warnings", "harness", "components", "memory_token_share")
     SCORE_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_GRADED_FIELD_NUMBER: _ClassVar[int]
@@ -263,6 +263,8 @@ class RunResults(_message.Message):
     JUDGES_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     HARNESS_FIELD_NUMBER: _ClassVar[int]
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOKEN_SHARE_FIELD_NUMBER: _ClassVar[int]
     score: float
     rounds: int
     rounds_graded: int
@@ -275,7 +277,9 @@ class RunResults(_message.Message):
     judges: _containers.RepeatedCompositeFieldContainer[JudgeInfo]
     warnings: _containers.RepeatedScalarFieldContainer[str]
     harness: HarnessProcess
-    def __init__(self, score: _Optional[float] = ..., rounds: _Optional[int] = ..., rounds_graded: _Optional[int] = ..., round_scores: _Optional[_Iterable[_Union[RoundScore, _Mapping]]] = ..., scheduler: _Optional[_Union[SchedulerStats, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[RoleUsage, _Mapping]]] = ..., report_path: _Optional[str] = ..., plot_path: _Optional[str] = ..., capture: _Optional[_Union[CaptureStats, _Mapping]] = ..., judges: _Optional[_Iterable[_Union[JudgeInfo, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., harness: _Optional[_Union[HarnessProcess, _Mapping]] = ...) -> None: ...
+    components: _containers.RepeatedCompositeFieldContainer[RoleUsage]
+    memory_token_share: float
+    def __init__(self, score: _Optional[float] = ..., rounds: _Optional[int] = ..., rounds_graded: _Optional[int] = ..., round_scores: _Optional[_Iterable[_Union[RoundScore, _Mapping]]] = ..., scheduler: _Optional[_Union[SchedulerStats, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[RoleUsage, _Mapping]]] = ..., report_path: _Optional[str] = ..., plot_path: _Optional[str] = ..., capture: _Optional[_Union[CaptureStats, _Mapping]] = ..., judges: _Optional[_Iterable[_Union[JudgeInfo, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., harness: _Optional[_Union[HarnessProcess, _Mapping]] = ..., components: _Optional[_Iterable[_Union[RoleUsage, _Mapping]]] = ..., memory_token_share: _Optional[float] = ...) -> None: ...
 
 class HarnessProcess(_message.Message):
     __slots__ = ("name", "version", "process_clock", "executable", "linked", "probed_clock")
@@ -429,20 +433,38 @@ class LeaseEvent(_message.Message):
     def __init__(self, change: _Optional[str] = ..., lease: _Optional[str] = ..., holder: _Optional[str] = ..., held_count: _Optional[int] = ...) -> None: ...
 
 class AgentTurnEvent(_message.Message):
-    __slots__ = ("round_id", "session", "phase", "reply", "delivery_delay_ms", "harness_error")
+    __slots__ = ("round_id", "session", "phase", "reply", "delivery_delay_ms", "harness_error", "memory")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     REPLY_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     HARNESS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     session: str
     phase: str
     reply: str
     delivery_delay_ms: float
     harness_error: str
-    def __init__(self, round_id: _Optional[str] = ..., session: _Optional[str] = ..., phase: _Optional[str] = ..., reply: _Optional[str] = ..., delivery_delay_ms: _Optional[float] = ..., harness_error: _Optional[str] = ...) -> None: ...
+    memory: MemoryTurn
+    def __init__(self, round_id: _Optional[str] = ..., session: _Optional[str] = ..., phase: _Optional[str] = ..., reply: _Optional[str] = ..., delivery_delay_ms: _Optional[float] = ..., harness_error: _Optional[str] = ..., memory: _Optional[_Union[MemoryTurn, _Mapping]] = ...) -> None: ...
+
+class MemoryTurn(_message.Message):
+    __slots__ = ("system", "recalled", "recall_ms", "stored", "store_ms", "error")
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    RECALLED_FIELD_NUMBER: _ClassVar[int]
+    RECALL_MS_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    STORE_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    system: str
+    recalled: _containers.RepeatedScalarFieldContainer[str]
+    recall_ms: float
+    stored: int
+    store_ms: float
+    error: str
+    def __init__(self, system: _Optional[str] = ..., recalled: _Optional[_Iterable[str]] = ..., recall_ms: _Optional[float] = ..., stored: _Optional[int] = ..., store_ms: _Optional[float] = ..., error: _Optional[str] = ...) -> None: ...
 
 class VerdictEvent(_message.Message):
     __slots__ = ("round_id", "graded", "score", "reason")
@@ -594,12 +616,14 @@ class ListSnapshotsResponse(_message.Message):
     def __init__(self, snapshots: _Optional[_Iterable[_Union[Snapshot, _Mapping]]] = ...) -> None: ...
 
 class StreamTrajectoriesRequest(_message.Message):
-    __slots__ = ("run", "trainable_roles")
+    __slots__ = ("run", "trainable_roles", "roles")
     RUN_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_ROLES_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
     run: str
     trainable_roles: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ...) -> None: ...
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Trajectory(_message.Message):
     __slots__ = ("trajectory_id", "run", "role", "prompt_token_ids", "response_ids", "loss_mask", "rollout_logprobs", "reward", "branch_reason", "thread", "call_ids", "stop_reason")
@@ -630,14 +654,16 @@ class Trajectory(_message.Message):
     def __init__(self, trajectory_id: _Optional[str] = ..., run: _Optional[str] = ..., role: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., response_ids: _Optional[_Iterable[int]] = ..., loss_mask: _Optional[_Iterable[int]] = ..., rollout_logprobs: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., branch_reason: _Optional[str] = ..., thread: _Optional[str] = ..., call_ids: _Optional[_Iterable[str]] = ..., stop_reason: _Optional[str] = ...) -> None: ...
 
 class ExportTrajectoriesRequest(_message.Message):
-    __slots__ = ("run", "format", "trainable_roles")
+    __slots__ = ("run", "format", "trainable_roles", "roles")
     RUN_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_ROLES_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
     run: str
     format: str
     trainable_roles: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run: _Optional[str] = ..., format: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ...) -> None: ...
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run: _Optional[str] = ..., format: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ExportChunk(_message.Message):
     __slots__ = ("data", "rows")
