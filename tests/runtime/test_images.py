@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sclated.errors import InvalidArgument, NotFound
+from sclated.errors import FailedPrecondition, InvalidArgument, NotFound
 from sclated.runtime import (
     DockerRuntime,
     ImageRecipe,
@@ -110,9 +112,7 @@ async def test_adding_an_image_is_a_folder_and_a_registry_entry(
 ) -> None:
     folder = images_copy / "tiny"
     folder.mkdir()
-    (folder / "Dockerfile").write_text(
-        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY hello.txt /hello.txt\n"
-    )
+    (folder / "Dockerfile").write_text("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY hello.txt /hello.txt\n")
     (folder / "hello.txt").write_text("hello from a recipe\n")
     register(ImageRecipe(name="sclate-test-tiny", folder="tiny", parent="sclate-sandbox"))
     ref = await image_ref("sclate-test-tiny")
@@ -120,7 +120,9 @@ async def test_adding_an_image_is_a_folder_and_a_registry_entry(
         lines: list[str] = []
         built = await build_all(lines.append, names=["sclate-test-tiny"])
         assert [(b.name, b.built) for b in built] == [
-            ("sclate-base", False), ("sclate-sandbox", False), ("sclate-test-tiny", True)
+            ("sclate-base", False),
+            ("sclate-sandbox", False),
+            ("sclate-test-tiny", True),
         ]
         assert any("build: Step" in line for line in lines)  # progress was streamed
         info = await runtime.create(SandboxSpec(image=ref, run="tiny", tenant="acme"))
@@ -134,3 +136,69 @@ async def test_adding_an_image_is_a_folder_and_a_registry_entry(
         await runtime.reap(runtime.daemon_id, keep=set())
         await runtime.remove_image(ref)
         await runtime.remove_image("sclate-test-tiny:latest")
+
+
+@pytest.mark.docker
+async def test_a_recipe_changed_during_the_build(
+    images_copy: Path, runtime: DockerRuntime, sandbox_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files edited while images build: a child is built on its parent as the parent's
+    recipe is now, and an image whose own files changed under it is not kept."""
+    for folder, text in (("tiny", "parent"), ("tiny-child", "child")):
+        (images_copy / folder).mkdir()
+        (images_copy / folder / "Dockerfile").write_text(
+            f"ARG BASE_IMAGE\nFROM ${{BASE_IMAGE}}\nCOPY {folder}.txt /{folder}.txt\n"
+        )
+        (images_copy / folder / f"{folder}.txt").write_text(text + "\n")
+    register(ImageRecipe(name="sclate-test-tiny", folder="tiny", parent="sclate-sandbox"))
+    register(ImageRecipe(name="sclate-test-tiny-child", folder="tiny-child", parent="sclate-test-tiny"))
+    real_build, real_tag_latest = _images._build_dockerfile, _images._tag_latest
+    edits: dict[str, Path] = {}
+    after_edits = {"sclate-test-tiny": images_copy / "tiny" / "tiny.txt"}
+
+    async def build_then_edit(docker: Any, recipe: ImageRecipe, tag: str, say: Any) -> None:
+        await real_build(docker, recipe, tag, say)
+        edited = edits.pop(recipe.name, None)
+        if edited is not None:  # edited while it was built (before the build checked)
+            edited.write_text("edited while built\n")
+
+    async def done_then_edit(docker: Any, ref: str, name: str) -> None:
+        await real_tag_latest(docker, ref, name)
+        edited = after_edits.pop(name, None)
+        if edited is not None:  # edited once it was built, before its child is
+            edited.write_text("parent, edited\n")
+
+    monkeypatch.setattr(_images, "_build_dockerfile", build_then_edit)
+    monkeypatch.setattr(_images, "_tag_latest", done_then_edit)
+    refs: list[str] = []
+    try:
+        built = await build_all(names=["sclate-test-tiny-child"])
+        refs = [b.ref for b in built if b.built] + ["sclate-test-tiny:latest", "sclate-test-tiny-child:latest"]
+        # The parent was built twice (before and after the edit), the child on the second.
+        assert [b.name for b in built if b.built][-1] == "sclate-test-tiny-child"
+        child = built[-1].ref
+        info = await runtime.create(SandboxSpec(image=child, run="tiny", tenant="acme"))
+        await runtime.start(info.id)
+        assert (await runtime.exec(info.id, ["cat", "/tiny.txt"])).text == "parent, edited\n"
+
+        # Now the child's own file changes while the child builds: nothing kept, and why.
+        (images_copy / "tiny-child" / "tiny-child.txt").write_text("child 2\n")
+        edits["sclate-test-tiny-child"] = images_copy / "tiny-child" / "tiny-child.txt"
+        stale = await image_ref("sclate-test-tiny-child")
+        with pytest.raises(FailedPrecondition, match="recipe changed while it was being built"):
+            await build_all(names=["sclate-test-tiny-child"])
+        assert await _images_exist(stale) is False
+    finally:
+        _images._REGISTRY.pop("sclate-test-tiny-child", None)
+        _images._REGISTRY.pop("sclate-test-tiny", None)
+        await runtime.reap(runtime.daemon_id, keep=set())
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                await runtime.remove_image(ref)
+
+
+async def _images_exist(ref: str) -> bool:
+    proc = await asyncio.create_subprocess_exec(
+        "docker", "image", "inspect", ref, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    return await proc.wait() == 0
