@@ -121,6 +121,12 @@ def _harness(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_harness(args)
 
 
+def _memory(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._memory import bench_memory
+
+    return bench_memory(args)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
@@ -129,6 +135,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "model": _model,
     "e2e": _e2e,
     "harness": _harness,
+    "memory": _memory,
 }
 
 
@@ -150,6 +157,9 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     )
     p.add_argument("--max-tokens", type=int, default=96, help="e2e, harness: the harness's max_tokens per model call")
     p.add_argument("--harness", default="hermes", help="harness: which harness (see `sclate agents list`)")
+    p.add_argument(
+        "--pair", action="append", help="memory: HARNESS+SYSTEM, e.g. reference+mem0 (repeatable; default all)"
+    )
     p.add_argument("--subset", action="append", help="harness: keep this MetaClaw day (repeatable; default all)")
     p.add_argument(
         "--model-n-ctx",

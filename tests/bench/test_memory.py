@@ -1,0 +1,48 @@
+"""The memory bench's figures from a run's results, turns and calls (no daemon here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sclated.bench._memory import default_pairs, memory_figures
+
+
+def _call(component: str, role: str = "memory", **kw: Any) -> dict[str, Any]:
+    return {"role": role, "component": component, **kw}
+
+
+def test_figures_count_memory_calls_by_component_and_time_stores_and_recalls() -> None:
+    results = {"memory_token_share": 0.31, "scheduler": {"delivery_delay_ms_p50": 3.5, "delivery_delay_ms_max": 40.0}}
+    turns = [
+        {"memory": {"system": "mem0", "recall_ms": 20.0, "store_ms": 900.0}},
+        {"memory": {"system": "mem0", "recall_ms": 30.0, "store_ms": 1100.0}},
+        {"memory": {"system": "mem0", "recall_ms": 40.0, "store_ms": 1000.0}},
+        {},  # a turn without a report (a harness that reports nothing)
+    ]
+    calls = [
+        _call("memory:mem0"),
+        _call("memory:mem0", retry_of="x"),  # a retry is not a new call
+        _call("memory:embeddings"),
+        _call("memory:embeddings"),
+        _call("memory:native"),
+        _call("agent", role="agent"),
+    ]
+    got = memory_figures(results, turns, calls)
+    assert got["memory_calls"] == 4
+    assert got["memory_calls_by_component"] == {"memory:embeddings": 2, "memory:mem0": 1, "memory:native": 1}
+    assert (got["store_ms_p50"], got["retrieve_ms_p50"], got["stores"], got["retrievals"]) == (1000.0, 30.0, 3, 3)
+    assert got["memory_token_share"] == 0.31 and got["delivery_delay_ms_p50"] == 3.5
+    assert got["memory_errors"] == []
+
+
+def test_a_broken_memory_system_shows_in_the_figures() -> None:
+    turns = [{"memory": {"system": "hindsight", "error": "HTTP 500 from recall"}}]
+    got = memory_figures({}, turns, [_call("agent", role="agent")])
+    assert got["memory_calls"] == 0 and got["store_ms_p50"] is None and got["retrieve_ms_p50"] is None
+    assert got["memory_errors"] == ["HTTP 500 from recall"] and got["memory_token_share"] is None
+
+
+def test_the_default_pairs_are_what_harnesses_declare() -> None:
+    pairs = default_pairs()
+    assert ("reference", "mem0") in pairs and ("reference", "hindsight") in pairs
+    assert all(m != "native" for _, m in pairs)
