@@ -13,8 +13,16 @@ both runs go to the end. Figures per pair:
   turn, as the harness measured them around its calls (turn events' ``memory``);
 * ``snapshot_s``: the SaveSnapshot call (the sandbox paused, committed, its memory
   volume, database included, archived);
-* ``restore_s``: from RestoreSnapshot to the branch's first turn received (a fresh
-  sandbox from the snapshot, the memory server started on the restored data);
+* ``restore_s``: the RestoreSnapshot call plus the branch's ``sandbox_prepare``
+  (a fresh sandbox from the snapshot's image, its memory volume and the
+  harness's state restored, the memory server started on the restored data):
+  what a branch costs before its first turn. Missing when the branch never
+  prepared (then the pair is not to be trusted either);
+* ``items_stored``: what the system stored over the run's turns;
+  ``question_recalled``: what the question's turn (the last) recalled, and
+  ``answer_recalled``: whether any of it names the answer (the cat's name):
+  the mechanics end to end (stored, found, handed to the harness), not the
+  small model's quality;
 * the run's delivery delays (``delivery_delay_ms_p50`` / ``_max``).
 
 A pair whose run did not succeed, or whose memory system reported an error, says
@@ -36,9 +44,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bench_memory", "default_pairs", "memory_figures"]
+__all__ = ["bench_memory", "default_pairs", "memory_figures", "restore_seconds"]
 
 QUESTION = "lme_tiny_ssu_1"
+ANSWER = "Biscuit"
 """Garden, cat (two turns), recipe sessions, then the question: a snapshot after turn 3."""
 SNAPSHOT_AFTER_TURNS = 3
 _OPTIONS: dict[str, dict[str, Any]] = {
@@ -62,11 +71,24 @@ def _p50(values: Sequence[float]) -> float | None:
     return round(statistics.median(values), 1) if values else None
 
 
+def restore_seconds(restore_call_s: float, branch_results: Mapping[str, Any]) -> float | None:
+    """What restoring cost the branch: the RestoreSnapshot call and the branch's own
+    sandbox preparation (its results' ``scheduler.overhead_s.sandbox_prepare``).
+    None when the branch has no such figure (it never prepared a sandbox)."""
+    prepare = ((branch_results.get("scheduler") or {}).get("overhead_s") or {}).get("sandbox_prepare")
+    if not prepare:
+        return None
+    return round(restore_call_s + float(prepare), 2)
+
+
 def memory_figures(
-    results: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], calls: Sequence[Mapping[str, Any]]
+    results: Mapping[str, Any],
+    turns: Sequence[Mapping[str, Any]],
+    calls: Sequence[Mapping[str, Any]],
+    answer: str = ANSWER,
 ) -> dict[str, Any]:
     """The pair's figures from one run: its results (as JSON), its ended turns' memory
-    reports and its captured calls."""
+    reports (in order: the last is the question's) and its captured calls."""
     memory = [c for c in calls if c.get("role") == "memory" and not c.get("retry_of")]
     by_component: dict[str, int] = {}
     for c in memory:
@@ -76,6 +98,7 @@ def memory_figures(
     stores = [float(r["store_ms"]) for r in reports if r.get("store_ms")]
     recalls = [float(r["recall_ms"]) for r in reports if r.get("recall_ms")]
     scheduler = results.get("scheduler") or {}
+    recalled = [str(t) for t in (reports[-1].get("recalled") or [])] if reports else []
     return {
         "memory_calls": len(memory),
         "memory_calls_by_component": dict(sorted(by_component.items())),
@@ -85,6 +108,9 @@ def memory_figures(
         "stores": len(stores),
         "retrievals": len(recalls),
         "memory_errors": [str(r["error"]) for r in reports if r.get("error")],
+        "items_stored": sum(int(r.get("stored") or 0) for r in reports),
+        "question_recalled": len(recalled),
+        "answer_recalled": any(answer.lower() in t.lower() for t in recalled),
         "delivery_delay_ms_p50": scheduler.get("delivery_delay_ms_p50"),
         "delivery_delay_ms_max": scheduler.get("delivery_delay_ms_max"),
     }
@@ -116,6 +142,7 @@ async def _one_pair(harness: str, memory: str, n_ctx: int, json_only: bool) -> d
                 run.agent.options.update(_OPTIONS.get(harness, {}))
                 src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="bench-memory"))
                 ended = 0
+                restore_call_s = 0.0
                 async for ev in stub.WatchRun(pb.WatchRunRequest(name=src.name)):
                     if ev.WhichOneof("kind") == "turn" and ev.turn.phase == "ended":
                         ended += 1
@@ -126,13 +153,10 @@ async def _one_pair(harness: str, memory: str, n_ctx: int, json_only: bool) -> d
                     snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-cat"))
                     out["snapshot_s"] = round(time.monotonic() - t0, 2)
                     t0 = time.monotonic()
-                    branch = await stub.RestoreSnapshot(
+                    await stub.RestoreSnapshot(
                         pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="bench-memory-br")
                     )
-                    async for ev in stub.WatchRun(pb.WatchRunRequest(name=branch.name)):
-                        if ev.WhichOneof("kind") == "turn" and ev.turn.phase == "received":
-                            out["restore_s"] = round(time.monotonic() - t0, 2)
-                            break
+                    restore_call_s = time.monotonic() - t0
                 runs: dict[str, Any] = {}
                 turns: dict[str, list[dict[str, Any]]] = {}
                 for key, name in (("source", src.name), ("branch", "runs/bench-memory-br")):
@@ -164,6 +188,7 @@ async def _one_pair(harness: str, memory: str, n_ctx: int, json_only: bool) -> d
         state=source["state"],
         state_reason=source["state_reason"],
         branch_state=runs["branch"]["state"],
+        restore_s=restore_seconds(restore_call_s, runs["branch"]["results"]),
         **memory_figures(source["results"], turns["source"], calls),
     )
     return out

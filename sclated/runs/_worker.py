@@ -560,8 +560,9 @@ class RunWorker:
         try:
             with ledger.segment("sandbox_prepare"):
                 await self.agent.prepare(self.environment(loop))
-            if self.restore_from is not None:
-                await self._restore_agent_state(self.restore_from)
+                # A branch's restored state is part of getting its sandbox ready.
+                if self.restore_from is not None:
+                    await self._restore_agent_state(self.restore_from)
             if self._journal_in:
                 self._redispatch_unfinished(loop)
             self._agent_ready = True

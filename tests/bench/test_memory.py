@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sclated.bench._memory import default_pairs, memory_figures
+from sclated.bench._memory import default_pairs, memory_figures, restore_seconds
 
 
 def _call(component: str, role: str = "memory", **kw: Any) -> dict[str, Any]:
@@ -16,8 +16,9 @@ def test_figures_count_memory_calls_by_component_and_time_stores_and_recalls() -
     turns = [
         {"memory": {"system": "mem0", "recall_ms": 20.0, "store_ms": 900.0}},
         {"memory": {"system": "mem0", "recall_ms": 30.0, "store_ms": 1100.0}},
-        {"memory": {"system": "mem0", "recall_ms": 40.0, "store_ms": 1000.0}},
+        {"memory": {"system": "mem0", "recall_ms": 40.0, "store_ms": 1000.0, "stored": "2"}},
         {},  # a turn without a report (a harness that reports nothing)
+        {"memory": {"system": "mem0", "recalled": ["User adopted a cat named Biscuit", "likes tulips"]}},
     ]
     calls = [
         _call("memory:mem0"),
@@ -33,6 +34,7 @@ def test_figures_count_memory_calls_by_component_and_time_stores_and_recalls() -
     assert (got["store_ms_p50"], got["retrieve_ms_p50"], got["stores"], got["retrievals"]) == (1000.0, 30.0, 3, 3)
     assert got["memory_token_share"] == 0.31 and got["delivery_delay_ms_p50"] == 3.5
     assert got["memory_errors"] == []
+    assert (got["items_stored"], got["question_recalled"], got["answer_recalled"]) == (2, 2, True)
 
 
 def test_a_broken_memory_system_shows_in_the_figures() -> None:
@@ -46,3 +48,22 @@ def test_the_default_pairs_are_what_harnesses_declare() -> None:
     pairs = default_pairs()
     assert ("reference", "mem0") in pairs and ("reference", "hindsight") in pairs
     assert all(m != "native" for _, m in pairs)
+
+
+def test_restore_is_the_call_and_the_branchs_sandbox_preparation() -> None:
+    branch = {"scheduler": {"overhead_s": {"sandbox_prepare": 6.25, "grading": 1.0}}}
+    assert restore_seconds(0.5, branch) == 6.75
+
+
+def test_a_branch_that_never_prepared_has_no_restore_figure() -> None:
+    # The figure the bench once waited for never came: missing must read as missing, not 0.
+    assert restore_seconds(0.5, {}) is None
+    assert restore_seconds(0.5, {"scheduler": {"overhead_s": {"grading": 1.0}}}) is None
+
+
+def test_a_question_that_recalled_nothing_or_not_the_answer_says_so() -> None:
+    stored = {"memory": {"system": "mem0", "stored": 1}}
+    nothing = memory_figures({}, [stored, {"memory": {"system": "mem0", "recalled": []}}], [])
+    assert (nothing["question_recalled"], nothing["answer_recalled"]) == (0, False)
+    other = memory_figures({}, [stored, {"memory": {"system": "mem0", "recalled": ["likes tulips"]}}], [])
+    assert (other["question_recalled"], other["answer_recalled"]) == (1, False)
