@@ -36,6 +36,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -219,6 +220,28 @@ def healthy() -> bool:
         return False
 
 
+def release_stale_gateway_lease() -> int:
+    """Drop the gateway-owner lease a gateway that is not running here left in the
+    state database (``state/openclaw.sqlite``, table ``state_leases``); returns how
+    many rows went.
+
+    A snapshot is taken with the gateway running, so a restored or branched state
+    directory holds its lease. OpenClaw reclaims a lease only when it can tell its
+    process is dead, which it cannot for another host (the snapshot's container),
+    and otherwise waits for its expiry on the (simulated) clock: a branch starting
+    seconds of simulated time after its snapshot would find "Another Gateway owner
+    lease is still active" and never start. Called only when no gateway of this
+    sandbox is running (the bridge starts the only one)."""
+    db = state_dir() / "state" / "openclaw.sqlite"
+    if not db.is_file():
+        return 0
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as con:
+        if con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'state_leases'").fetchone() is None:
+            return 0
+        with con:
+            return con.execute("DELETE FROM state_leases WHERE scope = 'gateway-owner'").rowcount
+
+
 class Gateway:
     """The run's one ``openclaw gateway run`` process (its own process group)."""
 
@@ -233,6 +256,7 @@ class Gateway:
             # A gateway left by an earlier bridge (the daemon restarted): not ours to trust.
             subprocess.run(["pkill", "-f", "openclaw.*gateway"], check=False)
             time.sleep(2)
+        release_stale_gateway_lease()
         argv = [OPENCLAW, "gateway", "run", "--port", str(port()), "--bind", "loopback", "--allow-unconfigured"]
         with open(self.LOG, "ab") as log:  # the child keeps its own copy of the descriptor
             self._proc = subprocess.Popen(

@@ -232,6 +232,33 @@ def test_session_ids_and_durations() -> None:
     assert bridge.every_ns("30m") == 1800 * _S and bridge.every_ns("0m") == 0 and bridge.every_ns("x") == 0
 
 
+def test_a_restored_gateway_lease_is_released_before_the_gateway_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's state directory holds its running gateway's lease; OpenClaw would
+    refuse to start a branch's gateway until that lease expired on simulated time."""
+    import sqlite3
+
+    bridge = _bridge_module()
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path))
+    assert bridge.release_stale_gateway_lease() == 0  # no database yet: nothing to do
+    (tmp_path / "state").mkdir()
+    db = tmp_path / "state" / "openclaw.sqlite"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE other (x)")
+    assert bridge.release_stale_gateway_lease() == 0  # no lease table: nothing to do
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "CREATE TABLE state_leases (scope TEXT, lease_key TEXT, owner TEXT, expires_at INTEGER, payload_json TEXT)"
+        )
+        con.execute("INSERT INTO state_leases VALUES ('gateway-owner', 'global', 'a', 9e15, '{}')")
+        con.execute("INSERT INTO state_leases VALUES ('startup-migration', 'global', 'b', 9e15, '{}')")
+    assert bridge.release_stale_gateway_lease() == 1
+    with sqlite3.connect(db) as con:
+        left = con.execute("SELECT scope FROM state_leases").fetchall()
+    assert left == [("startup-migration",)]
+
+
 # -- the bridge as a subprocess against the double -----------------------------------------
 
 
