@@ -68,7 +68,7 @@ test: system venv images ts
 	@echo "[test] mypy"
 	@$(VENV)/bin/mypy
 	@echo "[test] pytest (unit, API, real daemon processes, Docker sandboxes, the embedded model)"
-	@$(PY) -m pytest -q -p no:cacheprovider -rs --durations=12
+	@$(PY) -m pytest -q -p no:cacheprovider -rs --durations=25
 	@echo "[test] TypeScript client against a real daemon"
 	@cd clients/typescript && SCLATED=$(CURDIR)/$(VENV)/bin/sclated npm test --silent
 

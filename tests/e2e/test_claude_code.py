@@ -1,7 +1,8 @@
 """Claude Code, unmodified, for real: a daemon process, the sclate-claude-code sandbox,
 the embedded model serving the Anthropic Messages API, capture, simulated days
 (libfaketime reaches the Claude Code binary: the date it shows the model is the
-simulated one), and a snapshot branched with Claude Code's own session intact."""
+simulated one), and a snapshot branched with Claude Code's own session intact (one run
+covers it all: each run costs the suite minutes of prompt decoding on two cores)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench import start_daemon_process
 
-from ._runs import final, first_turn_ended, stored_calls, turn_errors
+from ._runs import branch_at_day_two, final, own_calls, stored_calls, turn_errors
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
@@ -107,7 +108,10 @@ def _check_simulated_date(calls: list[dict[str, Any]]) -> set[str]:
     return days
 
 
-async def test_metaclaw_tiny_with_claude_code(tmp_path: Path) -> None:
+async def test_metaclaw_tiny_with_claude_code_snapshot_and_branch(tmp_path: Path) -> None:
+    """Two MetaClaw days in one Claude Code session (session_scope=run), the simulated
+    date it was told each day, and a snapshot once day 2's first round ended: the
+    branch resumes that session from the restored CLAUDE_CONFIG_DIR (``--resume``)."""
     state = tmp_path / "state"
     proc, ready = await start_daemon_process(state, *N_CTX)
     try:
@@ -119,24 +123,34 @@ async def test_metaclaw_tiny_with_claude_code(tmp_path: Path) -> None:
             )
             run.agent.options.update({**FAST, "session_scope": "run"})
             created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="cc-mc"))
-            async for _ in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
-                pass
-            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
-            assert final.state == pb.SUCCEEDED, final.state_reason
-            r = final.results
+            branch = await branch_at_day_two(stub, created.name, "cc-mc-br")
+            done_src = await final(stub, created.name)
+            done_branch = await final(stub, branch)
+            errors = await turn_errors(stub, created.name, branch)
+            for done in (done_src, done_branch):
+                assert done.state == pb.SUCCEEDED, done.state_reason
+                assert done.results.rounds_graded == done.results.rounds >= 1
+                cap = done.results.capture
+                assert cap.calls_lost == 0 and cap.calls_unleased == 0 and cap.drain == "ok", cap
+            r = done_src.results
             assert r.harness.name == "claude-code" and r.harness.process_clock == "simulated"
             assert r.harness.probed_clock == "simulated", r.harness
             s = r.scheduler
             assert s.events_fired == s.events_scheduled and s.in_order
             assert s.deliveries == s.deliveries_checked > 0
             assert s.out_of_order == 0 and s.early_deliveries == 0 and s.negative_delays == 0
-            cap = r.capture
-            assert cap.calls_lost == 0 and cap.calls_unleased == 0 and cap.drain == "ok", cap
-        calls = await stored_calls(state, "local/cc-mc")
+            calls = await stored_calls(state, "local/cc-mc")
+            branch_calls = await stored_calls(state, "local/cc-mc-br")
+            # Deleting the runs removes their snapshot image (nothing left on the engine).
+            for name in (branch, created.name):
+                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
     agent = _check_calls(calls)
+    branch_agent = _check_calls(branch_calls)
+    # Every turn reached the model; a turn may only have failed by a model limit.
+    assert all(any(limit in why for limit in MODEL_LIMITS) for _, _, why in errors), errors
     # Two days in one session: the second day's calls were told the new date.
     assert len(_check_simulated_date(agent)) == 2
     # One Claude Code session for the run (session_scope=run): the last call, on day 2,
@@ -144,51 +158,9 @@ async def test_metaclaw_tiny_with_claude_code(tmp_path: Path) -> None:
     first = _user_texts(agent[0])[0]
     assert first in _user_texts(agent[-1])[:-1]
     assert len({c["thread"] for c in agent}) == 1, {c["thread"] for c in agent}
-
-
-async def test_longmemeval_tiny_with_claude_code_snapshot_and_branch(tmp_path: Path) -> None:
-    """session_scope=run: every haystack session and the question in one Claude Code
-    session. A snapshot after the first turn: the branch resumes that session from
-    the restored CLAUDE_CONFIG_DIR (``--resume``)."""
-    state = tmp_path / "state"
-    proc, ready = await start_daemon_process(state, *N_CTX)
-    try:
-        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
-            stub = pb_grpc.SclateStub(ch)
-            run = pb.Run(
-                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
-                agent=pb.AgentSpec(harness="claude-code"),
-            )
-            run.agent.options.update({**FAST, "session_scope": "run"})
-            src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="cc-lme"))
-            await first_turn_ended(stub, src.name)
-            snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
-            branch = await stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="cc-lme-br"))
-            done_src = await final(stub, src.name)
-            done_branch = await final(stub, branch.name)
-            errors = await turn_errors(stub, src.name, branch.name)
-            for done in (done_src, done_branch):
-                assert done.state == pb.SUCCEEDED, done.state_reason
-                assert done.results.rounds_graded == done.results.rounds >= 1
-                assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
-            src_calls = await stored_calls(state, "local/cc-lme")
-            branch_calls = await stored_calls(state, "local/cc-lme-br")
-            for name in (branch.name, src.name):
-                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert await proc.wait() == 0
-    src_agent = _check_calls(src_calls)
-    branch_agent = _check_calls(branch_calls)
-    # Every turn reached the model; a turn may only have failed by a model limit.
-    assert all(any(limit in why for limit in MODEL_LIMITS) for _, _, why in errors), errors
-    # The haystack sessions' own dates (years back) are the days Claude Code was told.
-    assert len(_check_simulated_date(src_agent)) >= 2
-    first_text = _user_texts(src_agent[0])[0]
-    kept = {c["call_id"] for c in src_calls}
-    branch_own = [c for c in branch_agent if c["call_id"] not in kept]
-    assert branch_own and len(branch_own) < len(branch_agent)
     # The branch's first call of its own resumes the Claude Code session the snapshot
     # kept: the message from before the snapshot is in its history, not sent anew.
-    assert first_text in _user_texts(branch_own[0])[:-1]
-    assert branch_own[0]["thread"] == src_agent[0]["thread"]
+    branch_own = [c for c in own_calls(calls, branch_calls) if c["role"] == "agent"]
+    assert branch_own and {c["call_id"] for c in branch_own} <= {c["call_id"] for c in branch_agent}
+    assert first in _user_texts(branch_own[0])[:-1]
+    assert branch_own[0]["thread"] == agent[0]["thread"]

@@ -1,6 +1,7 @@
 """The Codex CLI, unmodified, for real: a daemon process, the sclate-codex sandbox,
 the embedded model serving the Responses API, capture, simulated days, and a
-snapshot branched with Codex's own session intact."""
+snapshot branched with Codex's own session intact (one run covers it all: each run
+costs the suite minutes of prompt decoding on two cores)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench import start_daemon_process
 
-from ._runs import final, first_turn_ended, stored_calls, turn_errors
+from ._runs import branch_at_day_two, final, own_calls, stored_calls, turn_errors
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
@@ -61,7 +62,10 @@ def _check_calls(calls: list[dict[str, Any]]) -> None:
     assert finished and all(c["completions"] and c["completions"][0]["token_ids"] for c in finished)
 
 
-async def test_metaclaw_tiny_with_codex(tmp_path: Path) -> None:
+async def test_metaclaw_tiny_with_codex_snapshot_and_branch(tmp_path: Path) -> None:
+    """Two MetaClaw days in one Codex thread (session_scope=run), and a snapshot once
+    day 2's first round ended: the branch resumes that thread from the restored
+    CODEX_HOME (``codex exec resume``)."""
     state = tmp_path / "state"
     proc, ready = await start_daemon_process(state, *N_CTX)
     try:
@@ -73,74 +77,39 @@ async def test_metaclaw_tiny_with_codex(tmp_path: Path) -> None:
             )
             run.agent.options.update({**FAST, "session_scope": "run"})
             created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="codex-mc"))
-            async for _ in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
-                pass
-            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
-            assert final.state == pb.SUCCEEDED, final.state_reason
-            r = final.results
-            s = r.scheduler
+            branch = await branch_at_day_two(stub, created.name, "codex-mc-br")
+            done_src = await final(stub, created.name)
+            done_branch = await final(stub, branch)
+            errors = await turn_errors(stub, created.name, branch)
+            for done in (done_src, done_branch):
+                assert done.state == pb.SUCCEEDED, done.state_reason
+                assert done.results.rounds_graded == done.results.rounds >= 1
+                cap = done.results.capture
+                assert cap.calls_lost == 0 and cap.calls_unleased == 0 and cap.drain == "ok", cap
+            s = done_src.results.scheduler
             assert s.events_fired == s.events_scheduled and s.in_order
             assert s.deliveries == s.deliveries_checked > 0
             assert s.out_of_order == 0 and s.early_deliveries == 0 and s.negative_delays == 0
-            cap = r.capture
-            assert cap.calls_lost == 0 and cap.calls_unleased == 0 and cap.drain == "ok", cap
-        calls = await stored_calls(state, "local/codex-mc")
+            calls = await stored_calls(state, "local/codex-mc")
+            branch_calls = await stored_calls(state, "local/codex-mc-br")
+            # Deleting the runs removes their snapshot image (nothing left on the engine).
+            for name in (branch, created.name):
+                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
-    _check_calls(calls)
+    for some in (calls, branch_calls):
+        _check_calls(some)
+    # Every turn reached the model; a turn may only have failed by a model limit.
+    assert all(any(limit in why for limit in MODEL_LIMITS) for _, _, why in errors), errors
     # One Codex thread for the run (session_scope=run): the last call, on day 2,
     # still carries day 1's first message, sent once and kept as history.
     first = _user_texts(calls[0])[-1]
     assert first in _user_texts(calls[-1])[:-1]
     threads = {c["request"].get("prompt_cache_key") for c in calls}
     assert len(threads) == 1, threads
-
-
-async def test_longmemeval_tiny_with_codex_snapshot_and_branch(tmp_path: Path) -> None:
-    """session_scope=run: every haystack session and the question in one Codex thread.
-    A snapshot after the first turn: the branch resumes that thread from the restored
-    CODEX_HOME (``codex exec resume``)."""
-    state = tmp_path / "state"
-    proc, ready = await start_daemon_process(state, *N_CTX)
-    try:
-        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
-            stub = pb_grpc.SclateStub(ch)
-            run = pb.Run(
-                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
-                agent=pb.AgentSpec(harness="codex"),
-            )
-            run.agent.options.update({**FAST, "session_scope": "run"})
-            src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="codex-lme"))
-            await first_turn_ended(stub, src.name)
-            snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
-            branch = await stub.RestoreSnapshot(
-                pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="codex-lme-br")
-            )
-            done_src = await final(stub, src.name)
-            done_branch = await final(stub, branch.name)
-            errors = await turn_errors(stub, src.name, branch.name)
-            for done in (done_src, done_branch):
-                assert done.state == pb.SUCCEEDED, done.state_reason
-                assert done.results.rounds_graded == done.results.rounds >= 1
-                assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
-            src_calls = await stored_calls(state, "local/codex-lme")
-            branch_calls = await stored_calls(state, "local/codex-lme-br")
-            # Deleting the runs removes their snapshot image (nothing left on the engine).
-            for name in (branch.name, src.name):
-                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert await proc.wait() == 0
-    for calls in (src_calls, branch_calls):
-        _check_calls(calls)
-    # Every turn reached the model; a turn may only have failed by a model limit.
-    assert all(any(limit in why for limit in MODEL_LIMITS) for _, _, why in errors), errors
-    first_text = _user_texts(src_calls[0])[-1]
-    kept = {c["call_id"] for c in src_calls}
-    branch_own = [c for c in branch_calls if c["call_id"] not in kept]
-    assert branch_own and len(branch_own) < len(branch_calls)
     # The branch's first call of its own resumes the Codex thread the snapshot kept:
     # the message from before the snapshot is in its history, not sent anew.
-    assert first_text in _user_texts(branch_own[0])[:-1]
-    assert branch_own[0]["request"]["prompt_cache_key"] == src_calls[0]["request"]["prompt_cache_key"]
+    branch_own = own_calls(calls, branch_calls)
+    assert first in _user_texts(branch_own[0])[:-1]
+    assert branch_own[0]["request"]["prompt_cache_key"] == calls[0]["request"]["prompt_cache_key"]

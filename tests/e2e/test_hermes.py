@@ -1,11 +1,12 @@
 """Hermes Agent, unmodified, for real: a daemon process, the sclate-hermes sandbox,
-the embedded model, capture, simulated days, its own cron job ticked on simulated time."""
+the embedded model, capture, simulated days, its own cron job ticked on simulated time,
+and a snapshot branched with its conversation intact (one run covers it all: each run
+costs the suite minutes of prompt decoding on two cores)."""
 
 from __future__ import annotations
 
 import json
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench import start_daemon_process
-from sclated.store import Store
+
+from ._runs import branch_at_day_two, own_calls, stored_calls, turn_errors
+from ._runs import final as final_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
@@ -33,16 +36,10 @@ def _user_texts(record: dict[str, Any]) -> list[str]:
     return out
 
 
-async def _calls(state: Path, run: str) -> list[dict[str, Any]]:
-    store = Store(state / "sclated.db")
-    await store.open()
-    try:
-        return await store.calls(run)
-    finally:
-        await store.close()
-
-
-async def test_metaclaw_tiny_with_hermes(tmp_path: Path) -> None:
+async def test_metaclaw_tiny_with_hermes_snapshot_and_branch(tmp_path: Path) -> None:
+    """Two MetaClaw days in one Hermes conversation (session_scope=run), Hermes's own
+    cron job on simulated time, and a snapshot once day 2's first round ended: the
+    branch resumes the same conversation."""
     state = tmp_path / "state"
     proc, ready = await start_daemon_process(state)
     try:
@@ -54,6 +51,7 @@ async def test_metaclaw_tiny_with_hermes(tmp_path: Path) -> None:
             )
             run.agent.options.update({**FAST, "session_scope": "run", "cron_jobs": [DAILY]})
             created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="hermes-mc"))
+            branch = await branch_at_day_two(stub, created.name, "hermes-mc-br")
             events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name))]
             final = await stub.GetRun(pb.GetRunRequest(name=created.name))
             assert final.state == pb.SUCCEEDED, final.state_reason
@@ -70,100 +68,35 @@ async def test_metaclaw_tiny_with_hermes(tmp_path: Path) -> None:
             assert len(ticks) == 1, [f.event_id for f in fires]
             (tick,) = ticks
             assert tick.due_time.ToDatetime().hour == 13 and tick.due_time.ToDatetime().minute == 0
-        calls = await _calls(state, "local/hermes-mc")
+            done_branch = await final_run(stub, branch)
+            assert done_branch.state == pb.SUCCEEDED, done_branch.state_reason
+            assert done_branch.results.rounds_graded == done_branch.results.rounds >= 1
+            assert done_branch.results.capture.calls_lost == 0 and done_branch.results.capture.drain == "ok"
+            errors = await turn_errors(stub, created.name, branch)
+            calls = await stored_calls(state, "local/hermes-mc")
+            branch_calls = await stored_calls(state, "local/hermes-mc-br")
+            # Deleting the runs removes their snapshot image (nothing left on the engine).
+            for name in (branch, created.name):
+                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
-    # In the order they were made (the store keeps the order records arrived in).
-    agent = sorted(
-        (c for c in calls if c["role"] == "agent" and c["method"] == "POST"), key=lambda c: c["timings"]["start_ns"]
-    )
+    # Every turn reached the model (a turn Hermes failed before calling it would say why here).
+    assert not errors, errors
+    agent = [c for c in calls if c["role"] == "agent" and c["method"] == "POST"]
     memory = [c for c in calls if c["role"] == "memory"]
     assert agent and memory
     # Every call in tokens.
-    assert all(c["prompt_token_ids"] and c["completions"] and c["completions"][0]["token_ids"] for c in calls)
+    for some in (calls, branch_calls):
+        assert all(c["prompt_token_ids"] and c["completions"] and c["completions"][0]["token_ids"] for c in some)
     # The cron job's calls came through the memory listener, its prompt Hermes's cron prompt.
     assert any("Say the word tick." in json.dumps(c["request"]) for c in memory)
     assert not any("Say the word tick." in json.dumps(c["request"]) for c in agent)
     # The conversation continued across the day boundary: the last prompt carries day 1's first message.
     first_user = _user_texts(agent[0])[-1]
-    last = agent[-1]
-    assert first_user in _user_texts(last)[:-1]
-
-
-async def _first_turn_ended(stub: pb_grpc.SclateStub, name: str) -> str:
-    async for ev in stub.WatchRun(pb.WatchRunRequest(name=name)):
-        if ev.WhichOneof("kind") == "turn" and ev.turn.phase == "ended":
-            return str(ev.turn.session)
-        if ev.WhichOneof("kind") == "state":
-            assert ev.state.state in (pb.PENDING, pb.RUNNING), ev.state.reason
-    raise AssertionError("the run ended before its first turn did")
-
-
-async def _names(*names: str) -> AsyncIterator[str]:
-    for name in names:
-        yield name
-
-
-async def _final(stub: pb_grpc.SclateStub, name: str) -> pb.Run:
-    async for _ in stub.WatchRun(pb.WatchRunRequest(name=name)):
-        pass
-    run: pb.Run = await stub.GetRun(pb.GetRunRequest(name=name))
-    return run
-
-
-async def test_longmemeval_tiny_with_hermes_snapshot_and_branch(tmp_path: Path) -> None:
-    """A snapshot after the first turn: the branch resumes the same Hermes conversation
-    (session_scope=run: every haystack session and the question in one)."""
-    state = tmp_path / "state"
-    proc, ready = await start_daemon_process(state)
-    try:
-        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
-            stub = pb_grpc.SclateStub(ch)
-            run = pb.Run(
-                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
-                agent=pb.AgentSpec(harness="hermes"),
-            )
-            run.agent.options.update({**FAST, "session_scope": "run"})
-            src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="hermes-lme"))
-            session = await _first_turn_ended(stub, src.name)
-            snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
-            branch = await stub.RestoreSnapshot(
-                pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="hermes-lme-branch")
-            )
-            done_src = await _final(stub, src.name)
-            done_branch = await _final(stub, branch.name)
-            errors = [
-                (name, ev.turn.round_id, ev.turn.harness_error)
-                async for name in _names(src.name, branch.name)
-                async for ev in stub.WatchRun(pb.WatchRunRequest(name=name))
-                if ev.WhichOneof("kind") == "turn" and ev.turn.harness_error
-            ]
-            for done in (done_src, done_branch):
-                assert done.state == pb.SUCCEEDED, done.state_reason
-                assert done.results.rounds_graded == done.results.rounds >= 1
-                assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
-            src_calls = await _calls(state, "local/hermes-lme")
-            branch_calls = await _calls(state, "local/hermes-lme-branch")
-            # Deleting the runs removes their snapshot image (nothing left on the engine).
-            for name in (branch.name, src.name):
-                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert await proc.wait() == 0
-    assert session
-    for calls in (src_calls, branch_calls):
-        assert calls and all(c["prompt_token_ids"] and c["completions"][0]["token_ids"] for c in calls)
-    # Every turn reached the model (a turn Hermes failed before calling it would say why here).
-    assert not errors, errors
-    first_text = _user_texts(min(src_calls, key=lambda c: c["timings"]["start_ns"]))[-1]
-    # The branch keeps the calls made before the snapshot (the same records); its own come after.
-    kept = {c["call_id"] for c in src_calls}
-    branch_own = sorted(
-        (c for c in branch_calls if c["role"] == "agent" and c["call_id"] not in kept),
-        key=lambda c: c["timings"]["start_ns"],
-    )
-    assert len(branch_own) < len(branch_calls)
+    assert first_user in _user_texts(agent[-1])[:-1]
     # The branch's first call of its own continues the Hermes session the snapshot
     # kept: the message from before the snapshot is in its history, not sent anew.
-    assert first_text in _user_texts(branch_own[0])[:-1]
+    branch_own = [c for c in own_calls(calls, branch_calls) if c["role"] == "agent"]
+    assert branch_own
+    assert first_user in _user_texts(branch_own[0])[:-1]

@@ -7,6 +7,12 @@ archive of the memory volume), the question's prompt carries what the system
 recalled, every memory call is captured and attributed to its component, a
 branch starts from exactly the store of its snapshot, and two runs at once never
 see each other's memories.
+
+Each memory system runs here behind the reference harness, and Hindsight also
+behind an unmodified harness (Hermes's own plugin). Claude Code with Mem0 costs
+eight minutes of prompt decoding on two cores: ``sclated bench memory`` runs it
+with every other pair (its hooks are unit-tested with test doubles in
+tests/adapters/test_claude_code_mem0.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,12 @@
 """OpenClaw, unmodified, for real: a daemon process, the sclate-openclaw sandbox with
 its gateway, the embedded model (a context long enough for OpenClaw's prompts),
 capture, simulated days, MetaClaw's seeded sessions, its own cron job run on
-simulated time, and a snapshot branched with its sessions intact."""
+simulated time, and a snapshot branched with its sessions intact.
+
+One run covers all of it: OpenClaw's first call of a session costs ~70 s of prompt
+decoding on two cores, so each extra run is minutes of the suite. One session
+across days (``session_scope=run``) is what ``sclated bench harness`` runs and
+checks (its ``session_continuity``)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,9 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 from adapters import ScenarioConfig
 from adapters.metaclaw import MetaClawBenchmark
 from sclated.bench import start_daemon_process
-from sclated.store import Store
+
+from ._runs import branch_at_day_two, own_calls, stored_calls
+from ._runs import final as final_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
@@ -41,18 +48,11 @@ def _texts(record: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-async def _calls(state: Path, run: str) -> list[dict[str, Any]]:
-    store = Store(state / "sclated.db")
-    await store.open()
-    try:
-        calls = await store.calls(run)
-    finally:
-        await store.close()
-    # In the order they were made (the store keeps the order records arrived in).
-    return sorted(calls, key=lambda c: c["timings"]["start_ns"])
-
-
-async def test_metaclaw_tiny_with_openclaw_upstream_protocol(tmp_path: Path) -> None:
+async def test_metaclaw_tiny_with_openclaw_upstream_protocol_snapshot_and_branch(tmp_path: Path) -> None:
+    """Two MetaClaw days the way upstream drives OpenClaw (a fresh session per day, the
+    day's transcript seeded as its history), OpenClaw's own cron job on simulated time,
+    and a snapshot once day 2's first round ended: the branch's gateway starts on the
+    restored state directory and continues that day's session."""
     scenario = MetaClawBenchmark().load(ScenarioConfig(scenario="tiny"))
     openings = {d.day: d.openings for d in scenario.days}
     state = tmp_path / "state"
@@ -66,6 +66,7 @@ async def test_metaclaw_tiny_with_openclaw_upstream_protocol(tmp_path: Path) -> 
             )
             run.agent.options.update({**FAST, "cron_jobs": [DAILY]})
             created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="openclaw-mc"))
+            branch = await branch_at_day_two(stub, created.name, "openclaw-mc-br")
             events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name))]
             final = await stub.GetRun(pb.GetRunRequest(name=created.name))
             assert final.state == pb.SUCCEEDED, final.state_reason
@@ -84,13 +85,22 @@ async def test_metaclaw_tiny_with_openclaw_upstream_protocol(tmp_path: Path) -> 
             assert len(ticks) == 1, [f.event_id for f in fires]
             (tick,) = ticks
             assert tick.due_time.ToDatetime().hour == 13 and tick.due_time.ToDatetime().minute == 0
-        calls = await _calls(state, "local/openclaw-mc")
+            done_branch = await final_run(stub, branch)
+            assert done_branch.state == pb.SUCCEEDED, done_branch.state_reason
+            assert done_branch.results.rounds_graded == done_branch.results.rounds >= 1
+            assert done_branch.results.capture.calls_lost == 0 and done_branch.results.capture.drain == "ok"
+            calls = await stored_calls(state, "local/openclaw-mc")
+            branch_calls = await stored_calls(state, "local/openclaw-mc-br")
+            # Deleting the runs removes their snapshot image (nothing left on the engine).
+            for name in (branch, created.name):
+                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
     assert calls and all(c["method"] == "POST" for c in calls)
     # Every call in tokens.
-    assert all(c["prompt_token_ids"] and c["completions"] and c["completions"][0]["token_ids"] for c in calls)
+    for some in (calls, branch_calls):
+        assert all(c["prompt_token_ids"] and c["completions"] and c["completions"][0]["token_ids"] for c in some)
     agent = [c for c in calls if c["role"] == "agent"]
     memory = [c for c in calls if c["role"] == "memory"]
     assert agent and memory
@@ -109,67 +119,11 @@ async def test_metaclaw_tiny_with_openclaw_upstream_protocol(tmp_path: Path) -> 
     # A fresh session per day, as upstream: day 2's calls do not carry day 1's transcript.
     day2 = [c for c in agent if openings["day02"][0].text in json.dumps(c["request"])]
     assert not any(openings["day01"][0].text in json.dumps(c["request"]) for c in day2)
-
-
-async def _first_turn_ended(stub: pb_grpc.SclateStub, name: str) -> None:
-    async for ev in stub.WatchRun(pb.WatchRunRequest(name=name)):
-        if ev.WhichOneof("kind") == "turn" and ev.turn.phase == "ended":
-            return
-        if ev.WhichOneof("kind") == "state":
-            assert ev.state.state in (pb.PENDING, pb.RUNNING), ev.state.reason
-    raise AssertionError("the run ended before its first turn did")
-
-
-async def _final(stub: pb_grpc.SclateStub, name: str) -> pb.Run:
-    async for _ in stub.WatchRun(pb.WatchRunRequest(name=name)):
-        pass
-    run: pb.Run = await stub.GetRun(pb.GetRunRequest(name=name))
-    return run
-
-
-async def test_longmemeval_tiny_with_openclaw_one_conversation_snapshot_and_branch(tmp_path: Path) -> None:
-    """session_scope=run: every haystack session (on its own simulated day) and the
-    question in one OpenClaw session. A snapshot after the first turn: the branch's
-    gateway starts on the restored state directory and continues that session."""
-    state = tmp_path / "state"
-    proc, ready = await start_daemon_process(state, *N_CTX)
-    try:
-        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
-            stub = pb_grpc.SclateStub(ch)
-            run = pb.Run(
-                benchmark=pb.BenchmarkSpec(name="longmemeval", scenario="tiny", subset=["lme_tiny_ku_2"]),
-                agent=pb.AgentSpec(harness="openclaw"),
-            )
-            run.agent.options.update({**FAST, "session_scope": "run"})
-            src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="openclaw-lme"))
-            await _first_turn_ended(stub, src.name)
-            snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="after-first-turn"))
-            branch = await stub.RestoreSnapshot(
-                pb.RestoreSnapshotRequest(snapshot=snap.name, new_run_id="openclaw-lme-branch")
-            )
-            done_src = await _final(stub, src.name)
-            done_branch = await _final(stub, branch.name)
-            for done in (done_src, done_branch):
-                assert done.state == pb.SUCCEEDED, done.state_reason
-                assert done.results.rounds_graded == done.results.rounds >= 1
-                assert done.results.capture.calls_lost == 0 and done.results.capture.drain == "ok"
-            src_calls = await _calls(state, "local/openclaw-lme")
-            branch_calls = await _calls(state, "local/openclaw-lme-branch")
-            # Deleting the runs removes their snapshot image (nothing left on the engine).
-            for name in (branch.name, src.name):
-                await stub.DeleteRun(pb.DeleteRunRequest(name=name))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert await proc.wait() == 0
-    for calls in (src_calls, branch_calls):
-        assert calls and all(c["prompt_token_ids"] and c["completions"][0]["token_ids"] for c in calls)
-    agent = [c for c in src_calls if c["role"] == "agent"]
-    first_text = _texts(agent[0])[-2][1].partition("] ")[2].partition("\n\nRuntime:")[0]
-    assert first_text
-    # The session continued across the simulated days: the last call still holds the first message.
-    assert any(first_text in text for role, text in _texts(agent[-1])[:-2] if role == "user")
-    kept = {c["call_id"] for c in src_calls}
-    branch_own = [c for c in branch_calls if c["role"] == "agent" and c["call_id"] not in kept]
-    assert branch_own and len(branch_own) < len(branch_calls)
-    # The branch's first call of its own continues the session the snapshot kept.
-    assert any(first_text in text for role, text in _texts(branch_own[0])[:-2] if role == "user")
+    # The message delivered in day 2 before the snapshot ("[<time>] <text>")...
+    delivered = _texts(day2[0])[-2]
+    assert delivered[0] == "user" and "] " in delivered[1], delivered
+    delivered_text = delivered[1].partition("] ")[2]
+    # ...is history in the branch's first call of its own: the session the snapshot kept.
+    branch_own = [c for c in own_calls(calls, branch_calls) if c["role"] == "agent"]
+    assert branch_own
+    assert any(delivered_text in text for role, text in _texts(branch_own[0])[:-2] if role == "user")
