@@ -6,9 +6,7 @@ memories in a JSON file, a word-overlap search), injected through
 ``sys.modules`` in this process and through ``PYTHONPATH`` for subprocesses;
 Claude Code by a test double of the ``claude`` program that runs the hooks of
 its settings the way Claude Code 2.1.332 does (``FAKE_CLAUDE_WITH_HOOKS``). The
-real Claude Code and Mem0 run together in ``sclated bench memory --pair
-claude-code+mem0`` (eight minutes of prompt decoding on two cores: a benchmark,
-not a test); its figures say whether the cat was stored and recalled.
+real Claude Code and Mem0 run in tests/e2e/test_memory_claude_code.py.
 """
 
 from __future__ import annotations

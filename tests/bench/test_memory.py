@@ -13,7 +13,7 @@ def _call(component: str, role: str = "memory", **kw: Any) -> dict[str, Any]:
 
 def test_figures_count_memory_calls_by_component_and_time_stores_and_recalls() -> None:
     results = {"memory_token_share": 0.31, "scheduler": {"delivery_delay_ms_p50": 3.5, "delivery_delay_ms_max": 40.0}}
-    turns = [
+    turns: list[dict[str, Any]] = [
         {"memory": {"system": "mem0", "recall_ms": 20.0, "store_ms": 900.0}},
         {"memory": {"system": "mem0", "recall_ms": 30.0, "store_ms": 1100.0}},
         {"memory": {"system": "mem0", "recall_ms": 40.0, "store_ms": 1000.0, "stored": "2"}},

@@ -8,11 +8,9 @@ recalled, every memory call is captured and attributed to its component, a
 branch starts from exactly the store of its snapshot, and two runs at once never
 see each other's memories.
 
-Each memory system runs here behind the reference harness, and Hindsight also
-behind an unmodified harness (Hermes's own plugin). Claude Code with Mem0 costs
-eight minutes of prompt decoding on two cores: ``sclated bench memory`` runs it
-with every other pair (its hooks are unit-tested with test doubles in
-tests/adapters/test_claude_code_mem0.py).
+Each memory system runs behind the reference harness and behind an unmodified
+harness: Hindsight behind Hermes here, Mem0 behind Claude Code in
+tests/e2e/test_memory_claude_code.py.
 """
 
 from __future__ import annotations
@@ -125,6 +123,7 @@ async def run_pair(
     read_live: Callable[[str], Awaitable[list[str]]] | None = None,
     *,
     neighbour: bool = True,
+    branch: bool = True,
 ) -> MemoryRuns:
     """Two runs at once (the cat and the city question), snapshots of the cat run before
     and after its cat session (after the recipe session that follows it), and a branch
@@ -132,7 +131,9 @@ async def run_pair(
 
     ``neighbour=False`` leaves out the city run: that two runs never share a store is
     the substrate's, shown by the reference harness's pairs; a harness's own pair
-    spends its time on the harness."""
+    spends its time on the harness. ``branch=False`` leaves out the branch (a fresh
+    sandbox and the question again) for the same reason; both snapshots are still
+    taken (they are how the store is read back)."""
     state = tmp_path / "state"
     proc, ready = await start_daemon_process(state, *N_CTX)
     try:
@@ -161,8 +162,14 @@ async def run_pair(
             after = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=cat.name, snapshot_id="after-cat"))
             if read_live is not None:
                 live["after-cat"] = await read_live("cat")
-            branch = await stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot=after.name, new_run_id="cat-br"))
-            names = {"cat": cat.name, "cat-br": branch.name} | ({"city": city.name} if city else {})
+            names = {"cat": cat.name}
+            if branch:
+                restored = await stub.RestoreSnapshot(
+                    pb.RestoreSnapshotRequest(snapshot=after.name, new_run_id="cat-br")
+                )
+                names["cat-br"] = restored.name
+            if city is not None:
+                names["city"] = city.name
             runs = {key: await final(stub, name) for key, name in names.items()}
             errors = await turn_errors(stub, *names.values())
             turns = {key: await ended_turns(stub, name) for key, name in names.items()}
