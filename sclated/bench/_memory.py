@@ -26,7 +26,12 @@ both runs go to the end. Figures per pair:
 * the run's delivery delays (``delivery_delay_ms_p50`` / ``_max``).
 
 A pair whose run did not succeed, or whose memory system reported an error, says
-so (``state``, ``memory_errors``): its figures are not to be trusted.
+so (``state``, ``memory_errors``): its figures are not to be trusted. A run can
+succeed with its memory system idle (a harness's turn killed before its plugin
+stored anything): ``problems`` names what did not happen (no model call of the
+system's own; where the harness reports its stores and recalls
+(``store_recall_reported``), nothing stored or nothing recalled for the
+question), empty when the mechanics worked end to end.
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ ANSWER = "Biscuit"
 SNAPSHOT_AFTER_TURNS = 3
 _OPTIONS: dict[str, dict[str, Any]] = {
     "reference": {"max_steps": 1, "max_tokens": 64},
-    "hermes": {"session_scope": "run", "max_tokens": 64},
+    # As its end-to-end test runs it: a session per haystack session, and few agentic
+    # steps (a turn that runs into its timeout is killed before the plugin retains).
+    "hermes": {"max_tokens": 64, "max_turns": 2, "turn_timeout_s": 600},
     "claude-code": {"session_scope": "run", "max_tokens": 96, "max_turns": 2},
     "codex": {"session_scope": "run", "max_tokens": 96},
     "openclaw": {"max_tokens": 64},
@@ -86,6 +93,7 @@ def memory_figures(
     turns: Sequence[Mapping[str, Any]],
     calls: Sequence[Mapping[str, Any]],
     answer: str = ANSWER,
+    system: str | None = None,
 ) -> dict[str, Any]:
     """The pair's figures from one run: its results (as JSON), its ended turns' memory
     reports (in order: the last is the question's) and its captured calls."""
@@ -99,6 +107,18 @@ def memory_figures(
     recalls = [float(r["recall_ms"]) for r in reports if r.get("recall_ms")]
     scheduler = results.get("scheduler") or {}
     recalled = [str(t) for t in (reports[-1].get("recalled") or [])] if reports else []
+    items_stored = sum(int(r.get("stored") or 0) for r in reports)
+    # Hermes runs Hindsight's own plugin inside its process: it reports the plugin's
+    # failures only, so its stores and recalls are seen in the captured calls alone.
+    reported = bool(stores or recalls)
+    problems: list[str] = []
+    if system is not None:
+        if not by_component.get(f"memory:{system}"):
+            problems.append(f"no model call of memory:{system} (the system never ran)")
+        if reported and not items_stored:
+            problems.append("nothing stored")
+        elif reported and not recalled:
+            problems.append("the question recalled nothing")
     return {
         "memory_calls": len(memory),
         "memory_calls_by_component": dict(sorted(by_component.items())),
@@ -108,9 +128,11 @@ def memory_figures(
         "stores": len(stores),
         "retrievals": len(recalls),
         "memory_errors": [str(r["error"]) for r in reports if r.get("error")],
-        "items_stored": sum(int(r.get("stored") or 0) for r in reports),
+        "items_stored": items_stored,
         "question_recalled": len(recalled),
         "answer_recalled": any(answer.lower() in t.lower() for t in recalled),
+        "store_recall_reported": reported,
+        "problems": problems,
         "delivery_delay_ms_p50": scheduler.get("delivery_delay_ms_p50"),
         "delivery_delay_ms_max": scheduler.get("delivery_delay_ms_max"),
     }
@@ -189,7 +211,7 @@ async def _one_pair(harness: str, memory: str, n_ctx: int, json_only: bool) -> d
         state_reason=source["state_reason"],
         branch_state=runs["branch"]["state"],
         restore_s=restore_seconds(restore_call_s, runs["branch"]["results"]),
-        **memory_figures(source["results"], turns["source"], calls),
+        **memory_figures(source["results"], turns["source"], calls, system=memory),
     )
     return out
 

@@ -67,3 +67,27 @@ def test_a_question_that_recalled_nothing_or_not_the_answer_says_so() -> None:
     assert (nothing["question_recalled"], nothing["answer_recalled"]) == (0, False)
     other = memory_figures({}, [stored, {"memory": {"system": "mem0", "recalled": ["likes tulips"]}}], [])
     assert (other["question_recalled"], other["answer_recalled"]) == (1, False)
+
+
+def test_a_memory_system_that_never_ran_is_a_problem_though_the_run_succeeded() -> None:
+    # Hermes + Hindsight once: the run succeeded, only embeddings were called, and the
+    # plugin (inside Hermes) reports failures only.
+    idle = memory_figures(
+        {}, [{"memory": {"system": "hindsight"}}, {}], [_call("memory:embeddings")], system="hindsight"
+    )
+    assert idle["problems"] == ["no model call of memory:hindsight (the system never ran)"]
+    assert idle["store_recall_reported"] is False
+    measured = {"system": "mem0", "store_ms": 900.0, "recall_ms": 20.0}
+    stored_nothing = memory_figures({}, [{"memory": measured}], [_call("memory:mem0")], system="mem0")
+    assert stored_nothing["problems"] == ["nothing stored"]
+    recalled_nothing = memory_figures(
+        {}, [{"memory": {**measured, "stored": 1}}, {"memory": measured}], [_call("memory:mem0")], system="mem0"
+    )
+    assert recalled_nothing["problems"] == ["the question recalled nothing"]
+    worked = memory_figures(
+        {},
+        [{"memory": {**measured, "stored": 1}}, {"memory": {**measured, "recalled": ["a cat"]}}],
+        [_call("memory:mem0")],
+        system="mem0",
+    )
+    assert worked["problems"] == [] and worked["store_recall_reported"] is True
