@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -196,15 +197,20 @@ async def _one_pair(harness: str, memory: str, n_ctx: int, json_only: bool) -> d
                     turns[key] = events
                     if not json_only:
                         print(f"{out['pair']} {key}: {runs[key]['state']}", file=sys.stderr)
+                store = Store(state / "sclated.db")
+                await store.open()
+                try:
+                    calls = await store.calls("local/bench-memory")
+                finally:
+                    await store.close()
+                # Deleting the runs removes their snapshot images: the bench leaves no
+                # image on the engine (its state directory goes with the temporary one).
+                for name in ("runs/bench-memory-br", src.name):
+                    with contextlib.suppress(grpc.aio.AioRpcError):
+                        await stub.DeleteRun(pb.DeleteRunRequest(name=name))
         finally:
             await end_group(proc, sig=signal.SIGTERM, grace_s=60)
             await asyncio.shield(reap_daemon_sandboxes(state))
-        store = Store(state / "sclated.db")
-        await store.open()
-        try:
-            calls = await store.calls("local/bench-memory")
-        finally:
-            await store.close()
     source = runs["source"]
     out.update(
         state=source["state"],
