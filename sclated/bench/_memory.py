@@ -53,8 +53,9 @@ from typing import Any
 __all__ = ["bench_memory", "default_pairs", "memory_figures", "restore_seconds"]
 
 QUESTION = "lme_tiny_ssu_1"
-ANSWER = "Biscuit"
 """Garden, cat (two turns), recipe sessions, then the question: a snapshot after turn 3."""
+ANSWER = "Biscuit"
+"""The cat's name: what the question's recall should bring back."""
 SNAPSHOT_AFTER_TURNS = 3
 _OPTIONS: dict[str, dict[str, Any]] = {
     "reference": {"max_steps": 1, "max_tokens": 64},
