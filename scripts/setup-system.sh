@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs and starts what sclate needs from the operating system, skipping
 # what is already there: the Docker engine (Debian's docker.io), debootstrap
-# (to make the local base image), cron and libfaketime. Idempotent; run as root.
+# (to make the local base image), a C compiler and make (libfaketime's thread-safe
+# library for the sandbox image is compiled from source), cron and libfaketime.
+# Idempotent; run as root.
 set -euo pipefail
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
@@ -10,6 +12,9 @@ need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v make >/dev/null 2>&1 || need+=(make)
+[ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 # Tests use them: systemd-analyze (the unit verifies), objdump (the model's
 # instructions are portable), chattr (a read-only directory even for root).
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)

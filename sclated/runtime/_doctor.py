@@ -117,7 +117,8 @@ async def _sandbox_checks(runtime: DockerRuntime, image: str) -> list[Check]:
                         False,
                         exc.message,
                         "rebuild the images (`sclated images build`); the sandbox image must "
-                        "carry PyPI's libfaketime build at /usr/local/lib/faketime",
+                        "carry libfaketime's thread-safe build (from PyPI's libfaketime 3.0.1 source) at "
+                        "/usr/local/lib/faketime",
                     )
                 )
             checks.append(await _isolation_check(sandbox))

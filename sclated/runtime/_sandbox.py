@@ -243,7 +243,7 @@ class Sandbox:
                 f"time probe in sandbox {self.info.name}: {what} reads {got:.3f} but the "
                 f"run's simulated time is {expected:.3f} (off by {got - expected:+.1f} s; "
                 f"raw {raw}). Check that the image has {FAKETIME_ENV['LD_PRELOAD']} "
-                f"(PyPI libfaketime build), that {self.paths.time_dir} is mounted at "
+                f"(libfaketime's MT build, see sclated/runtime/_images.py), that {self.paths.time_dir} is mounted at "
                 f"{SANDBOX_DIR}/time, and that the program is not statically linked "
                 "(Go and static binaries ignore libfaketime).",
                 reason="TIME_PROBE_FAILED",

@@ -69,9 +69,23 @@ def test_registry_validation() -> None:
         recipe_tag("no-such-image")
 
 
-def test_libfaketime_comes_from_the_pypi_package() -> None:
-    path = libfaketime_path()
-    assert path.name == "libfaketime.so.1" and "site-packages/libfaketime" in str(path)
+def test_libfaketime_is_the_mt_build_cached_once() -> None:
+    """libfaketime's thread-safe build, compiled from the pinned sdist once, then reused."""
+    path = libfaketime_path()  # built here if this machine has none cached yet
+    assert path.name == "libfaketimeMT.so.1"
+    assert path.is_relative_to(_images.cache_dir() / "libfaketime")
+    assert path.parent.name.startswith(f"{_images.LIBFAKETIME_VERSION}-")
+    stamp = path.stat().st_mtime_ns
+    assert libfaketime_path() == path and path.stat().st_mtime_ns == stamp
+    assert (2, 2) < _images._glibc_needed(path) <= (2, _images._SANDBOX_GLIBC_MINOR)
+
+
+def test_libfaketime_without_a_compiler_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCLATE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "cc" else f"/usr/bin/{tool}")
+    with pytest.raises(FailedPrecondition, match=r"needs cc on this host; run `make system`.*gcc make"):
+        libfaketime_path()
+    assert not any((tmp_path / "libfaketime").glob("*/libfaketimeMT.so.1"))
 
 
 @pytest.mark.docker
