@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,47 @@ async def test_running_process_sees_jumps_quickly(
     # Brief target: p50 <= 50 ms. Measured here ~1 ms; the bound leaves room for a busy CI.
     assert statistics.median(latencies) <= 50, latencies
     assert max(latencies) < 1000, latencies
+
+
+# Eight threads reading the clock as fast as they can: PyPI's plain libfaketime.so.1
+# (3.0.1) parses the re-read timestamp file into static buffers with no lock, and a
+# thread that reads a half-written one exits the whole process ("failed to parse
+# FAKETIME timestamp"), 2 of 2 tries. The image ships libfaketime's MT build.
+_THREADS_SCRIPT = """
+import threading, time
+N = 200_000
+seen = []
+def work():
+    t = 0.0
+    for _ in range(N):
+        t = time.time()
+    seen.append(t)
+threads = [threading.Thread(target=work) for _ in range(8)]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+t = time.monotonic()
+time.sleep(0.05)
+print(len(seen), min(seen), time.monotonic() - t, time.time())
+"""
+
+
+@pytest.mark.docker
+async def test_threads_reading_the_clock_do_not_kill_the_process(
+    manager: SandboxManager, sandbox_image: str, short_dir: Path
+) -> None:
+    spec = manager.spec_for(image=sandbox_image, run="threads", tenant="acme", run_dir=short_dir)
+    offset_ns = 10 * _DAY
+    sb = await manager.create(spec, short_dir, sim_ns=time.time_ns() + offset_ns, probe=False)
+    out = await sb.exec(["python3", "-c", _THREADS_SCRIPT], timeout_s=120)
+    text = out.text + out.stderr.decode(errors="replace")
+    assert "failed to parse FAKETIME" not in text, text[-500:]
+    assert out.exit_code == 0, text[-500:]
+    real = time.time()
+    threads, first, slept, last = out.text.split()
+    assert int(threads) == 8
+    # Every thread saw the simulated clock: ten days ahead of the host's.
+    assert abs(float(first) - real - offset_ns / _NS) < 120
+    assert abs(float(last) - real - offset_ns / _NS) < 5
+    assert 0.04 < float(slept) < 1
