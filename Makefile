@@ -45,7 +45,17 @@ $(VENV)/.stamp: pyproject.toml clients/python/pyproject.toml constraints.txt $(L
 	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) -c constraints.txt -e ./clients/python -e ".[dev,model]"
 	@touch $@
 
-venv: $(VENV)/.stamp
+# Gaia2's engine (ARE) pins numpy, pandas and pydantic exactly: it gets its own
+# environment, which the Gaia2 world process runs in (adapters/gaia2/_world.py).
+ARE_VENV := .venv-are
+$(ARE_VENV)/.stamp: adapters/gaia2/requirements-are.txt
+	@echo "[setup] Gaia2's engine (ARE) in $(ARE_VENV)"
+	@test -x $(ARE_VENV)/bin/python || $(PYTHON) -m venv $(ARE_VENV)
+	@$(ARE_VENV)/bin/python -m pip install -q --upgrade pip
+	@$(ARE_VENV)/bin/python -m pip install -q -r adapters/gaia2/requirements-are.txt
+	@touch $@
+
+venv: $(VENV)/.stamp $(ARE_VENV)/.stamp
 
 # Sandbox images are built locally (debootstrap base, then layers); content-hashed
 # tags make this a no-op when no recipe changed.
@@ -84,4 +94,4 @@ proto: venv
 	@$(PY) -m sclated.api.protogen
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ARE_VENV) build dist .pytest_cache .mypy_cache .ruff_cache

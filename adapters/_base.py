@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from sclated.scheduler import DeliverPrompt, EventSource, EventSpec, Grade
+from sclated.scheduler import DeliverPrompt, EventSource, EventSpec, Grade, WorldEvent
 
 __all__ = [
     "AgentAdapter",
@@ -56,6 +56,7 @@ __all__ = [
     "Verdict",
     "WireApi",
     "Workspace",
+    "World",
     "missing_capabilities",
 ]
 
@@ -151,8 +152,33 @@ class GradeContext(Protocol):
         ...
 
 
+class World(Protocol):
+    """A benchmark's live world on the daemon's host (Gaia2's apps).
+
+    The run opens it before it builds its scheduler (``sources`` may depend on
+    what opening learnt), executes every :class:`WorldEvent` fire on it in
+    journal order, and closes it when the run ends. Everything it changes is
+    a function of the fires it was given, so a resumed run rebuilds it by
+    applying the journal's world fires again.
+    """
+
+    async def open(self, run_dir: Path | None) -> None: ...
+
+    async def apply(self, effect: WorldEvent, fired_ns: int) -> Mapping[str, Any]:
+        """Execute one world event; the changes the scheduler's snapshot should see
+        (``When`` triggers read them), journaled as a world input by the run."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 class Scenario(Protocol):
     """A loaded benchmark scenario, ready to be put on a scheduler."""
+
+    @property
+    def world(self) -> World | None:
+        """The scenario's live world, if it has one (None: every effect is the agent's)."""
+        ...
 
     @property
     def name(self) -> str: ...

@@ -387,6 +387,10 @@ class LongMemEvalScenario:
             return {}
         return {Capability.CONSOLIDATE: "the memory system is told to consolidate after each simulated day"}
 
+    @property
+    def world(self) -> None:
+        return None
+
     def workspace_seed(self) -> None:
         return None
 

@@ -413,6 +413,10 @@ class MetaClawScenario:
             needs[Capability.SEEDED_SESSIONS] = "protocol=upstream makes each day's seeded transcript its history"
         return needs
 
+    @property
+    def world(self) -> None:
+        return None
+
     def workspace_seed(self) -> Path | None:
         """Persona files (and checker scripts when present): the workspace root before day one."""
         return self._materialize() / "common"

@@ -163,6 +163,10 @@ class SyntheticScenario:
     def requires(self) -> Mapping[Capability, str]:
         return {}
 
+    @property
+    def world(self) -> None:
+        return None
+
     def workspace_seed(self) -> Path | None:
         return None
 

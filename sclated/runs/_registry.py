@@ -84,6 +84,7 @@ class Registry:
 
 def default_registry(services: SandboxServices | None = None) -> Registry:
     """The built-in benchmarks and agents. Sandboxed agents need ``services`` (a daemon)."""
+    from adapters.gaia2 import Gaia2Benchmark
     from adapters.harnesses import HARNESSES, register_harness_images
     from adapters.longmemeval import LongMemEvalBenchmark
     from adapters.metaclaw import MetaClawBenchmark
@@ -97,6 +98,7 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
     reg.add_benchmark(SyntheticBenchmark())
     reg.add_benchmark(MetaClawBenchmark())
     reg.add_benchmark(LongMemEvalBenchmark())
+    reg.add_benchmark(Gaia2Benchmark())
     for harness in HARNESSES:
         d = harness.declaration
         reg.add_agent(

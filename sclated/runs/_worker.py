@@ -55,6 +55,7 @@ from sclated.scheduler import (
     SaveSnapshot,
     Scheduler,
     StopRun,
+    WorldEvent,
     replay,
 )
 
@@ -342,6 +343,9 @@ class RunWorker:
             lease = self._lease(f"exec:{effect.holder}", fire, "cron")
             self._spawn(self._exec(effect, lease))
             return None
+        if isinstance(effect, WorldEvent):
+            # Awaited by the loop: the world changes in fire order, nothing overtakes it.
+            return self._world_event(fire, effect)
         if isinstance(effect, StopRun):
             return None
         if isinstance(effect, SaveSnapshot):
@@ -350,6 +354,41 @@ class RunWorker:
             # Awaited by the loop: nothing else fires while the snapshot is taken.
             return self.on_save_snapshot(effect.label, fire.seq)
         raise FailedPrecondition(f"no executor for effect {effect.kind!r} (event {fire.event_id!r})")
+
+    async def _world_event(self, fire: FireRecord, effect: WorldEvent) -> None:
+        world = self.scenario.world
+        if world is None:
+            raise FailedPrecondition(
+                f"event {fire.event_id!r} is a world event but the scenario has no world", reason="NO_WORLD"
+            )
+        assert self.loop is not None
+        changes = await world.apply(effect, fire.fired_ns)
+        if changes:
+            self.loop.apply_world(dict(changes))
+
+    async def _open_world(self) -> None:
+        """Open the scenario's world before the scheduler is built (its sources may
+        need it); a resumed run's world gets the journal's world fires again, in order."""
+        world = self.scenario.world
+        if world is None:
+            return
+        await world.open(self.run_dir)
+
+    async def _rebuild_world(self, loop: RunLoop) -> None:
+        world = self.scenario.world
+        if world is None or not self._journal_in:
+            return
+        changes: dict[str, Any] = {}
+        for entry in loop.scheduler.journal:
+            if isinstance(entry, FireRecord):
+                for effect in entry.effects:
+                    if isinstance(effect, WorldEvent):
+                        changes.update(await world.apply(effect, entry.fired_ns))
+        # A crash between a world fire and its journaled changes: record them now.
+        seen = loop.scheduler.snapshot().world
+        missing = {k: v for k, v in changes.items() if seen.get(k) != v}
+        if missing:
+            loop.apply_world(missing)
 
     async def _turn(self, fire: FireRecord, effect: DeliverPrompt | Notify, turn: Turn) -> None:
         assert self.loop is not None
@@ -554,7 +593,13 @@ class RunWorker:
         )
 
     async def run(self) -> RunOutcome:
-        loop = self._build()
+        try:
+            await self._open_world()
+            loop = self._build()
+            await self._rebuild_world(loop)
+        except BaseException:
+            await self._close_world()
+            raise
         ledger = loop.ledger
         summary: RunSummary | None = None
         try:
@@ -581,6 +626,7 @@ class RunWorker:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(self.agent.stop_session(), 30)
                 await self._release_agent()
+            await self._close_world()
         assert summary is not None
         results = self.results(summary)
         if self._failure is not None:
@@ -590,6 +636,12 @@ class RunWorker:
         if summary.reason.startswith("failed"):
             return RunOutcome("FAILED", summary.reason, results)
         return RunOutcome("SUCCEEDED", summary.reason, results)
+
+    async def _close_world(self) -> None:
+        world = self.scenario.world
+        if world is not None:
+            with contextlib.suppress(Exception):
+                await world.close()
 
     async def _restore_agent_state(self, snapshot_dir: Path) -> None:
         state_dir = snapshot_dir / "agent"

@@ -11,6 +11,7 @@ from sclated.scheduler._effects import (
     SaveSnapshot,
     StopRun,
     Wake,
+    WorldEvent,
 )
 from sclated.scheduler._events import After, At, EventSource, EventSpec, Priority, Trigger, When
 from sclated.scheduler._journal import FireRecord, InputRecord, JournalEntry
@@ -43,5 +44,6 @@ __all__ = [
     "Trigger",
     "Wake",
     "When",
+    "WorldEvent",
     "replay",
 ]

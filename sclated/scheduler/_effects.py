@@ -23,6 +23,7 @@ __all__ = [
     "SaveSnapshot",
     "StopRun",
     "Wake",
+    "WorldEvent",
 ]
 
 
@@ -56,6 +57,16 @@ class Notify(Effect):
 class MutateWorld(Effect):
     kind: ClassVar[str] = "mutate_world"
     changes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WorldEvent(Effect):
+    """One of a benchmark's own world events (a Gaia2 email arriving, an oracle action),
+    executed by the scenario's world at the fire's time. The run awaits it before
+    anything else fires, so the world changes in exactly the journal's order."""
+
+    kind: ClassVar[str] = "world_event"
+    event_id: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,225 @@
+"""Gaia2 on sclate's scheduler: ARE's scenarios, its world process, parity with ARE's
+own oracle runner, and bad scenario files.
+
+The world runs in ARE's own environment (.venv-are, built by `make venv`), a real
+process: nothing of ARE is doubled here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters import ScenarioConfig
+from adapters.gaia2 import ARE_PYTHON_ENV, ARE_SCENARIOS, Gaia2Benchmark, Gaia2World, WorldProcess, event_specs
+from adapters.gaia2._parity import after_conditions, compare_orders
+from sclated.errors import FailedPrecondition, InvalidArgument
+from sclated.runs import RunWorker
+from sclated.runs._registry import default_registry
+from sclated.runs._spec import RunSpec
+from sclated.scheduler import After, At, When, WorldEvent
+from tests.runs.doubles import NullSink
+
+
+def _spec(**benchmark: Any) -> RunSpec:
+    return RunSpec.from_dict(
+        {
+            "benchmark": {"name": "gaia2", **benchmark},
+            "agent": {"harness": "scripted"},
+            "clock": {"mode": "discrete"},
+        }
+    )
+
+
+async def _oracle_run(**benchmark: Any) -> tuple[RunWorker, Any]:
+    worker = RunWorker("local/gaia2", _spec(**benchmark), default_registry(), NullSink())
+    outcome = await worker.run()
+    return worker, outcome
+
+
+async def _are_oracle(source: dict[str, Any]) -> dict[str, Any]:
+    process = WorldProcess()
+    await process.start()
+    try:
+        return await process.request("are_oracle", source=source)
+    finally:
+        await process.close()
+
+
+@pytest.mark.parametrize("name", ARE_SCENARIOS)
+async def test_oracle_run_matches_ares_own_runner(name: str) -> None:
+    worker, outcome = await _oracle_run(scenario=name)
+    assert outcome.state == "SUCCEEDED", outcome.reason
+    verdict = worker.verdicts["gaia2"]
+    world = worker.scenario.world
+    assert isinstance(world, Gaia2World)
+    description = world.description
+    assert description is not None
+    are = await _are_oracle({"registry": name})
+    assert verdict.details["success"] is are["success"] is True
+    assert verdict.score == 1.0
+    parity = compare_orders(
+        verdict.details["executed"],
+        are["order"],
+        tick_s=description["tick_s"],
+        after_condition=after_conditions(description),
+    )
+    assert parity.equal, parity.problems
+    assert parity.events == len([e for e in are["order"] if e["event_type"] != "CONDITION"]) > 0
+
+
+async def test_a_condition_fires_at_the_change_that_makes_it_true() -> None:
+    """ARE polls the condition once per tick and, at t=5, before the email that makes it
+    true: its successor runs at 7 there. sclate checks at the change: 5 + 1 s = 6."""
+    worker, outcome = await _oracle_run(scenario="scenario_events_tutorial")
+    assert outcome.state == "SUCCEEDED", outcome.reason
+    executed = worker.verdicts["gaia2"].details["executed"]
+    times = [e["time"] for e in executed if e["tool"] == "EmailClientApp__add_email"]
+    assert times == [2.0, 5.0, 6.0, 15.0]
+    are = await _are_oracle({"registry": "scenario_events_tutorial"})
+    are_times = [e["time"] for e in are["order"] if e["tool"] == "EmailClientApp__add_email"]
+    assert are_times == [2, 5, 7, 15]
+
+
+def test_parity_reports_a_different_order_and_a_late_event() -> None:
+    ours = [
+        {"event_id": "a", "event_type": "ENV", "time": 1.0, "tool": "X__f", "failed": False},
+        {"event_id": "b", "event_type": "ENV", "time": 2.0, "tool": "X__g", "failed": False},
+    ]
+    swapped = [ours[1], ours[0]]
+    assert not compare_orders(ours, swapped, tick_s=1).equal
+    late = [ours[0], {**ours[1], "time": 3.0}]
+    report = compare_orders(ours, late, tick_s=1)
+    assert not report.equal and "b: at 2.0 on sclate, 3.0 on ARE" in report.problems[0]
+    # ...unless b follows a condition: then one tick of ARE's polling is the known skew.
+    assert compare_orders(ours, late, tick_s=1, after_condition=frozenset({"b"})).equal
+    failed = [ours[0], {**ours[1], "failed": True}]
+    assert not compare_orders(ours, failed, tick_s=1).equal
+
+
+def test_events_map_onto_at_after_and_when() -> None:
+    description = {
+        "start_time": 100.0,
+        "duration": 50,
+        "events": [
+            {"event_id": "root", "class_name": "Event", "event_type": "ENV", "event_time": None,
+             "relative": 2, "deps": [], "app": "A", "function": "f"},
+            {"event_id": "fixed", "class_name": "Event", "event_type": "ENV", "event_time": 130,
+             "relative": None, "deps": [], "app": "A", "function": "f"},
+            {"event_id": "cond", "class_name": "ConditionCheckEvent", "event_type": "CONDITION",
+             "event_time": None, "relative": None, "deps": ["root"], "app": "", "function": "c"},
+            {"event_id": "next", "class_name": "Event", "event_type": "ENV", "event_time": None,
+             "relative": 1.5, "deps": ["cond"], "app": "A", "function": "f"},
+        ],
+    }  # fmt: skip
+    specs = {s.id: s for s in event_specs(description)}
+    assert specs["root"].trigger == At(102 * 10**9)
+    assert specs["root"].effects == (WorldEvent("root"),)
+    assert specs["fixed"].trigger == At(130 * 10**9)
+    assert specs["cond#arm"].trigger == After(("root",), 0)
+    assert isinstance(specs["cond"].trigger, When) and specs["cond"].effects == ()
+    assert specs["next"].trigger == After(("cond",), 1_500_000_000)
+    assert specs["gaia2.deadline"].trigger == At(150 * 10**9)
+    assert isinstance(specs["gaia2.end"].trigger, When)
+
+
+# -- scenario files ---------------------------------------------------------------------
+
+
+def _good_file() -> dict[str, Any]:
+    return {
+        "version": "are_simulation_v1",
+        "metadata": {"definition": {"scenario_id": "tiny", "start_time": 1_700_000_000}},
+        "apps": [{"name": "AgentUserInterface", "class_name": "AgentUserInterface", "app_state": {"messages": []}}],
+        "events": [
+            {
+                "class_name": "Event",
+                "event_type": "USER",
+                "event_id": "task",
+                "event_time": None,
+                "event_relative_time": 1,
+                "dependencies": [],
+                "action": {
+                    "action_id": "a1",
+                    "app": "AgentUserInterface",
+                    "function": "send_message_to_agent",
+                    "operation_type": "write",
+                    "args": [{"name": "content", "value": "hello", "value_type": "str"}],
+                },
+            }
+        ],
+    }
+
+
+def _load(tmp_path: Path, doc: Any, *, raw: str | None = None) -> Any:
+    path = tmp_path / "tiny.json"
+    path.write_text(raw if raw is not None else json.dumps(doc))
+    return Gaia2Benchmark().load(ScenarioConfig(data_dir=tmp_path, scenario="tiny"))
+
+
+def _broken(change: Any) -> dict[str, Any]:
+    doc = _good_file()
+    change(doc)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "raw", "named"),
+    [
+        (None, "{not json", "line 1 column 2"),
+        (_broken(lambda d: d.update(version="v0")), None, "version"),
+        (_broken(lambda d: d["metadata"]["definition"].pop("scenario_id")), None, "metadata.definition.scenario_id"),
+        (_broken(lambda d: d["events"][0].update(dependencies=["ghost"])), None, "events[0].dependencies"),
+        (_broken(lambda d: d["events"][0]["action"].update(app="Mail")), None, "events[0].action.app"),
+        (_broken(lambda d: d["events"][0].update(event_type="LATER")), None, "events[0].event_type"),
+        (_broken(lambda d: d["events"][0].update(event_relative_time=-1)), None, "events[0].event_relative_time"),
+        (_broken(lambda d: d.update(apps=[])), None, "apps"),
+    ],
+)
+def test_a_bad_scenario_file_is_refused_naming_file_and_field(
+    tmp_path: Path, doc: Any, raw: str | None, named: str
+) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        _load(tmp_path, doc, raw=raw)
+    assert str(tmp_path / "tiny.json") in err.value.message
+    assert named in err.value.message
+
+
+def test_a_good_scenario_file_loads(tmp_path: Path) -> None:
+    scenario = _load(tmp_path, _good_file())
+    assert scenario.name == "tiny"
+
+
+async def test_a_file_only_are_can_reject_fails_the_run_naming_the_file(tmp_path: Path) -> None:
+    doc = _good_file()
+    doc["apps"][0]["class_name"] = "NoSuchApp"
+    (tmp_path / "tiny.json").write_text(json.dumps(doc))
+    with pytest.raises(InvalidArgument) as err:
+        await _oracle_run(data_dir=str(tmp_path), scenario="tiny")
+    assert "tiny.json" in err.value.message and "ARE rejected" in err.value.message
+
+
+async def test_a_json_scenario_runs_and_matches_are(tmp_path: Path) -> None:
+    (tmp_path / "tiny.json").write_text(json.dumps(_good_file()))
+    worker, outcome = await _oracle_run(data_dir=str(tmp_path), scenario="tiny")
+    assert outcome.state == "SUCCEEDED", outcome.reason
+    executed = worker.verdicts["gaia2"].details["executed"]
+    assert [(e["event_id"], e["time"]) for e in executed] == [("task", 1_700_000_001.0)]
+    are = await _are_oracle({"file": str(tmp_path / "tiny.json")})
+    assert compare_orders(executed, are["order"], tick_s=1).equal
+
+
+def test_unknown_scenario_and_options_are_refused() -> None:
+    bench = Gaia2Benchmark()
+    with pytest.raises(InvalidArgument, match="unknown gaia2 scenario 'nope'"):
+        bench.load(ScenarioConfig(scenario="nope"))
+    with pytest.raises(InvalidArgument, match="unknown gaia2 option"):
+        bench.load(ScenarioConfig(scenario="scenario_tutorial", options={"speed": 2}))
+
+
+async def test_without_ares_environment_the_run_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ARE_PYTHON_ENV, "/nonexistent/python")
+    with pytest.raises(FailedPrecondition, match="make venv"):
+        await _oracle_run(scenario="scenario_tutorial")
