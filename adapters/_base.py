@@ -164,9 +164,11 @@ class World(Protocol):
 
     async def open(self, run_dir: Path | None) -> None: ...
 
-    async def apply(self, effect: WorldEvent, fired_ns: int) -> Mapping[str, Any]:
-        """Execute one world event; the changes the scheduler's snapshot should see
-        (``When`` triggers read them), journaled as a world input by the run."""
+    async def apply(self, effect: WorldEvent, *, due_ns: int, fired_ns: int) -> Mapping[str, Any]:
+        """Execute one world event, due at ``due_ns`` (its scheduled time, which the world
+        records) and run at ``fired_ns`` (what the world's clock reads); returns the
+        changes the scheduler's snapshot should see (``When`` triggers read them),
+        journaled as a world input by the run."""
         ...
 
     async def close(self) -> None: ...

@@ -50,8 +50,12 @@ def compare_orders(
     *,
     tick_s: float,
     after_condition: frozenset[str] = frozenset(),
+    time_tolerance_s: float = 1e-6,
 ) -> Parity:
-    """``after_condition``: events downstream of a condition (the one allowed skew)."""
+    """``after_condition``: events downstream of a condition (the one allowed skew).
+    ``time_tolerance_s``: how far apart the same event's times may be (exact by
+    default, as a DISCRETE run gives; a HYBRID run's clock flows for the
+    microseconds each fire takes, and a chain's delays add them up)."""
     ours, theirs = _environment_events(sclate), _environment_events(are)
     problems: list[str] = []
     if [e["event_id"] for e in ours] != [e["event_id"] for e in theirs]:
@@ -68,7 +72,7 @@ def compare_orders(
                 problems.append(f"{a['event_id']}: {key} {a.get(key)!r} on sclate, {b.get(key)!r} on ARE")
         diff = float(b["time"]) - float(a["time"])
         max_diff = max(max_diff, abs(diff))
-        if abs(diff) <= 1e-6:
+        if abs(diff) <= time_tolerance_s:
             continue
         if a["event_id"] in after_condition and 0 < diff <= tick_s + 1e-6:
             late += 1

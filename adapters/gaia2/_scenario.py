@@ -150,8 +150,8 @@ class Gaia2World:
         self._process = process
         self.description = await process.request("open", source=self._source, oracle=self._oracle)
 
-    async def apply(self, effect: WorldEvent, fired_ns: int) -> Mapping[str, Any]:
-        answer = await self._request("fire", event_id=effect.event_id, time=fired_ns / _S)
+    async def apply(self, effect: WorldEvent, *, due_ns: int, fired_ns: int) -> Mapping[str, Any]:
+        answer = await self._request("fire", event_id=effect.event_id, time=due_ns / _S, now=fired_ns / _S)
         changes: dict[str, Any] = {MET + c: True for c in answer.get("conditions_met", ())}
         for key, value in ((QUIESCENT, answer["quiescent"]), (STOPPED, answer["stopped"]), (FAILED, answer["failed"])):
             if self._flags.get(key, False) != bool(value):

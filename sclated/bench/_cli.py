@@ -127,6 +127,12 @@ def _memory(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_memory(args)
 
 
+def _gaia2(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._gaia2 import bench_gaia2
+
+    return bench_gaia2(args)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
@@ -136,6 +142,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "e2e": _e2e,
     "harness": _harness,
     "memory": _memory,
+    "gaia2": _gaia2,
 }
 
 
@@ -159,6 +166,9 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     p.add_argument("--harness", default="hermes", help="harness: which harness (see `sclate agents list`)")
     p.add_argument(
         "--pair", action="append", help="memory: HARNESS+SYSTEM, e.g. reference+mem0 (repeatable; default all)"
+    )
+    p.add_argument(
+        "--gaia2-n", type=int, action="append", help="gaia2: events per scenario (repeatable; default 1000 and 10000)"
     )
     p.add_argument("--subset", action="append", help="harness: keep this MetaClaw day (repeatable; default all)")
     p.add_argument(

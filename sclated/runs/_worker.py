@@ -362,7 +362,7 @@ class RunWorker:
                 f"event {fire.event_id!r} is a world event but the scenario has no world", reason="NO_WORLD"
             )
         assert self.loop is not None
-        changes = await world.apply(effect, fire.fired_ns)
+        changes = await world.apply(effect, due_ns=fire.due_ns, fired_ns=fire.fired_ns)
         if changes:
             self.loop.apply_world(dict(changes))
 
@@ -383,7 +383,7 @@ class RunWorker:
             if isinstance(entry, FireRecord):
                 for effect in entry.effects:
                     if isinstance(effect, WorldEvent):
-                        changes.update(await world.apply(effect, entry.fired_ns))
+                        changes.update(await world.apply(effect, due_ns=entry.due_ns, fired_ns=entry.fired_ns))
         # A crash between a world fire and its journaled changes: record them now.
         seen = loop.scheduler.snapshot().world
         missing = {k: v for k, v in changes.items() if seen.get(k) != v}
