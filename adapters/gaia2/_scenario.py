@@ -3,6 +3,8 @@
 ARE's event DAG maps onto sclate's triggers one to one:
 
 - a root event at ``start + relative`` (or an absolute ``event_time``) is ``At``;
+  an event with dependencies and an absolute time waits for both (``After`` its
+  dependencies and a timer ``At`` that time);
 - an event after others (ARE's ``depends_on(..., delay)``) is ``After(deps, delay)``:
   it fires ``delay`` after the last dependency *fired*, which is ARE's "after the
   dependencies' times" with no tick between;
@@ -78,8 +80,13 @@ def event_specs(description: Mapping[str, Any]) -> list[EventSpec]:
         rel = ev.get("relative")
         absolute = ev.get("event_time")
         data = {"gaia2_type": ev["event_type"], "app": ev["app"], "function": ev["function"]}
-        if deps:
-            trigger: At | After = After(deps, _ns(float(rel or 0)))
+        if deps and rel is None and absolute is not None:
+            # ARE: once the dependencies ran, at its own absolute time (or at once, if
+            # that passed): After the dependencies and a timer at that time.
+            specs.append(EventSpec(f"{eid}#at", At(_ns(float(absolute))), (), data=data))
+            trigger: At | After = After((*deps, f"{eid}#at"), 0)
+        elif deps:
+            trigger = After(deps, _ns(float(rel or 0)))
         elif absolute is not None:
             trigger = At(_ns(float(absolute)))
         else:
@@ -137,7 +144,8 @@ class Gaia2World:
     """The run's ARE world: one world process, opened with the run."""
 
     def __init__(self, source: Mapping[str, Any], *, oracle: bool) -> None:
-        self._source = dict(source)
+        self.source = dict(source)
+        """What the world is built from: ``registry``, ``file`` or ``generated``."""
         self._oracle = oracle
         self._process: WorldProcess | None = None
         self.description: dict[str, Any] | None = None
@@ -148,7 +156,7 @@ class Gaia2World:
         process = WorldProcess(cwd=run_dir / "gaia2" if run_dir is not None else None)
         await process.start()
         self._process = process
-        self.description = await process.request("open", source=self._source, oracle=self._oracle)
+        self.description = await process.request("open", source=self.source, oracle=self._oracle)
 
     async def apply(self, effect: WorldEvent, *, due_ns: int, fired_ns: int) -> Mapping[str, Any]:
         answer = await self._request("fire", event_id=effect.event_id, time=due_ns / _S, now=fired_ns / _S)

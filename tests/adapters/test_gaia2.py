@@ -48,7 +48,14 @@ async def _are_oracle(source: dict[str, Any]) -> dict[str, Any]:
         await process.close()
 
 
-@pytest.mark.parametrize("name", ARE_SCENARIOS)
+OWN_SCENARIOS = ("sclate_email_followup", "sclate_calendar_chain", "sclate_two_turns")
+
+
+def test_the_projects_own_scenarios_are_built_in() -> None:
+    assert set(OWN_SCENARIOS) <= set(Gaia2Benchmark().info.builtin_scenarios)
+
+
+@pytest.mark.parametrize("name", (*ARE_SCENARIOS, *OWN_SCENARIOS))
 async def test_oracle_run_matches_ares_own_runner(name: str) -> None:
     worker, outcome = await _oracle_run(scenario=name)
     assert outcome.state == "SUCCEEDED", outcome.reason
@@ -57,7 +64,7 @@ async def test_oracle_run_matches_ares_own_runner(name: str) -> None:
     assert isinstance(world, Gaia2World)
     description = world.description
     assert description is not None
-    are = await _are_oracle({"registry": name})
+    are = await _are_oracle(world.source)
     assert verdict.details["success"] is are["success"] is True
     assert verdict.score == 1.0
     parity = compare_orders(
@@ -100,7 +107,7 @@ def test_parity_reports_a_different_order_and_a_late_event() -> None:
 
 
 def test_events_map_onto_at_after_and_when() -> None:
-    description = {
+    description: dict[str, Any] = {
         "start_time": 100.0,
         "duration": 50,
         "events": [
@@ -114,7 +121,13 @@ def test_events_map_onto_at_after_and_when() -> None:
              "relative": 1.5, "deps": ["cond"], "app": "A", "function": "f"},
         ],
     }  # fmt: skip
+    description["events"].append(
+        {"event_id": "late", "class_name": "Event", "event_type": "ENV", "event_time": 140,
+         "relative": None, "deps": ["root"], "app": "A", "function": "f"}
+    )  # fmt: skip
     specs = {s.id: s for s in event_specs(description)}
+    assert specs["late"].trigger == After(("root", "late#at"), 0)
+    assert specs["late#at"].trigger == At(140 * 10**9) and specs["late#at"].effects == ()
     assert specs["root"].trigger == At(102 * 10**9)
     assert specs["root"].effects == (WorldEvent("root"),)
     assert specs["fixed"].trigger == At(130 * 10**9)
