@@ -24,10 +24,13 @@ from adapters._base import (
     ScenarioConfig,
     SeededSessions,
     SessionSeed,
+    ToolReply,
     TurnResult,
     Verdict,
     WireApi,
     Workspace,
+    World,
+    WorldChange,
     missing_capabilities,
 )
 
@@ -55,9 +58,12 @@ __all__ = [
     "ScenarioConfig",
     "SeededSessions",
     "SessionSeed",
+    "ToolReply",
     "TurnResult",
     "Verdict",
     "WireApi",
     "Workspace",
+    "World",
+    "WorldChange",
     "missing_capabilities",
 ]

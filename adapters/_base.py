@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from sclated.scheduler import DeliverPrompt, EventSource, EventSpec, Grade, WorldEvent
+from sclated.scheduler import DeliverPrompt, EventSource, EventSpec, Grade, Notify, WorldEvent
 
 __all__ = [
     "AgentAdapter",
@@ -52,11 +52,13 @@ __all__ = [
     "ScenarioConfig",
     "SeededSessions",
     "SessionSeed",
+    "ToolReply",
     "TurnResult",
     "Verdict",
     "WireApi",
     "Workspace",
     "World",
+    "WorldChange",
     "missing_capabilities",
 ]
 
@@ -152,6 +154,27 @@ class GradeContext(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class WorldChange:
+    """What one step of a benchmark's world changed."""
+
+    state: Mapping[str, Any] = field(default_factory=dict)
+    """For the scheduler's snapshot (``When`` triggers read it); journaled as a world input."""
+    deliveries: tuple[DeliverPrompt | Notify, ...] = ()
+    """What the agent is now told (a user's message, an app's notification): each becomes
+    an event of the run at the step's time, so the journal keeps it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReply:
+    """The answer to one of the agent's tool calls on the world."""
+
+    result: Any
+    error: str | None
+    """A refused or failing call: a tool error for the agent, never a failure of the run."""
+    change: WorldChange
+
+
 class World(Protocol):
     """A benchmark's live world on the daemon's host (Gaia2's apps).
 
@@ -164,11 +187,22 @@ class World(Protocol):
 
     async def open(self, run_dir: Path | None) -> None: ...
 
-    async def apply(self, effect: WorldEvent, *, due_ns: int, fired_ns: int) -> Mapping[str, Any]:
+    async def apply(self, effect: WorldEvent, *, due_ns: int, fired_ns: int) -> WorldChange:
         """Execute one world event, due at ``due_ns`` (its scheduled time, which the world
-        records) and run at ``fired_ns`` (what the world's clock reads); returns the
-        changes the scheduler's snapshot should see (``When`` triggers read them),
-        journaled as a world input by the run."""
+        records) and run at ``fired_ns`` (what the world's clock reads)."""
+        ...
+
+    async def tools(self) -> list[dict[str, Any]]:
+        """The agent's tools on the world (name, app, function, description, args)."""
+        ...
+
+    async def agent_call(self, app: str, function: str, args: Mapping[str, Any], at_ns: int) -> ToolReply:
+        """One tool call of the agent, at ``at_ns``: checked, executed, recorded as its action."""
+        ...
+
+    async def agent_reply(self, text: str, at_ns: int) -> WorldChange:
+        """The agent ended a turn with ``text`` (Gaia2: its answer to the user, unless it
+        already sent one through the tools)."""
         ...
 
     async def close(self) -> None: ...
@@ -299,6 +333,10 @@ class AgentEnvironment:
     """The NAME of the daemon's environment variable holding the endpoint's key ("": none)."""
     model_skip_token_ids: bool = False
     """The endpoint refuses token-id request fields: the capture asks for none."""
+    world: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    """The scenario's world (Gaia2's apps) for the sandbox's ``are`` command: a request
+    ``{"op": "tools"}`` or ``{"op": "call", "app", "function", "args"}``. None: the
+    scenario has no world."""
 
 
 # -- the facets an agent may declare ----------------------------------------------------

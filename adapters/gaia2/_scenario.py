@@ -21,22 +21,35 @@ actions too, as ARE's oracle runner does; the parity test compares the two.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters._base import BenchmarkInfo, Capability, GradeContext, RoundInfo, ScenarioConfig, Verdict
+from adapters._base import (
+    BenchmarkInfo,
+    Capability,
+    GradeContext,
+    RoundInfo,
+    ScenarioConfig,
+    ToolReply,
+    Verdict,
+    WorldChange,
+)
 from adapters.gaia2._files import check_scenario_file
 from adapters.gaia2._world import WorldProcess
 from sclated.errors import FailedPrecondition, InvalidArgument
 from sclated.scheduler import (
     After,
+    AgentControl,
     At,
+    DeliverPrompt,
     EventSource,
     EventSpec,
     Grade,
     MutateWorld,
+    Notify,
     Snapshot,
     StopRun,
     When,
@@ -62,6 +75,7 @@ QUIESCENT = "gaia2.quiescent"
 STOPPED = "gaia2.stopped"
 FAILED = "gaia2.failed"
 DEADLINE = "gaia2.deadline"
+TURNS_OPEN = "gaia2.turns_open"
 END = "gaia2.end"
 GRADE_ID = "gaia2"
 
@@ -74,7 +88,12 @@ def event_specs(description: Mapping[str, Any]) -> list[EventSpec]:
     """The scheduler's events for a world's description (``open``'s answer)."""
     start = float(description["start_time"])
     specs: list[EventSpec] = []
+    agent = not description.get("oracle", True)
+    if agent:  # one session for the whole scenario, as ARE's agent lives through it
+        specs.append(EventSpec("gaia2.session", At(_ns(start)), (AgentControl("start"),)))
     for ev in description["events"]:
+        if agent and ev["class_name"] == "OracleEvent":
+            continue  # what the agent is expected to do: the judge's, not the scheduler's
         eid = str(ev["event_id"])
         deps = tuple(str(d) for d in ev["deps"])
         rel = ev.get("relative")
@@ -99,7 +118,8 @@ def event_specs(description: Mapping[str, Any]) -> list[EventSpec]:
     duration = description.get("duration")
     if duration:
         specs.append(EventSpec(DEADLINE, At(_ns(start + float(duration))), (MutateWorld({DEADLINE: True}),)))
-    specs.append(EventSpec(END, When(_ended, "the world has nothing left to run"), (Grade(GRADE_ID),)))
+    end_effects: tuple[Any, ...] = (AgentControl("stop"), Grade(GRADE_ID)) if agent else (Grade(GRADE_ID),)
+    specs.append(EventSpec(END, When(_ended, "the world has nothing left to run"), end_effects))
     specs.append(
         EventSpec("gaia2.stop", When(_graded, "ARE's validation recorded"), (StopRun("Gaia2 scenario complete"),))
     )
@@ -121,7 +141,9 @@ def _graded(snap: Snapshot) -> bool:
 
 def _ended(snap: Snapshot) -> bool:
     w = snap.world
-    return bool(w.get(QUIESCENT) or w.get(STOPPED) or w.get(DEADLINE) or w.get(FAILED))
+    if w.get(STOPPED) or w.get(DEADLINE) or w.get(FAILED):
+        return True
+    return bool(w.get(QUIESCENT)) and not w.get(TURNS_OPEN)
 
 
 class _Source:
@@ -140,6 +162,26 @@ class _Source:
         return self._specs
 
 
+PREAMBLE = """\
+You work in a simulated world of apps (email, calendar, messaging, contacts, ...).
+Reach them with the `are` command in your shell:
+  are tools [APP]                          list the apps' tools and their arguments
+  are call APP FUNCTION key=value ...      call one (values are JSON when they parse as JSON)
+  are call SystemApp wait_for_notification timeout=300   wait for something to happen
+Answer the user with your final reply (or `are call AgentUserInterface send_message_to_user content=...`).
+
+"""
+"""Told to the agent with its first task: unmodified harnesses learn the tools from it."""
+
+
+def _user_text(message: str) -> str:
+    """The user's words in ARE's formatted user message (``Message: ...``)."""
+    _, sep, rest = message.partition("Message: ")
+    if not sep:
+        return message
+    return rest.split("\nAlready read:", 1)[0].strip()
+
+
 class Gaia2World:
     """The run's ARE world: one world process, opened with the run."""
 
@@ -149,23 +191,74 @@ class Gaia2World:
         self._oracle = oracle
         self._process: WorldProcess | None = None
         self.description: dict[str, Any] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
         self._flags: dict[str, bool] = {}
+        self._turns: deque[str] = deque()  # kinds of the deliveries whose turns are open
+        self._answered = True
+        self._told_preamble = False
 
     async def open(self, run_dir: Path | None) -> None:
-        self._flags = {}
+        self._reset()
         process = WorldProcess(cwd=run_dir / "gaia2" if run_dir is not None else None)
         await process.start()
         self._process = process
         self.description = await process.request("open", source=self.source, oracle=self._oracle)
 
-    async def apply(self, effect: WorldEvent, *, due_ns: int, fired_ns: int) -> Mapping[str, Any]:
+    async def apply(self, effect: WorldEvent, *, due_ns: int, fired_ns: int) -> WorldChange:
         answer = await self._request("fire", event_id=effect.event_id, time=due_ns / _S, now=fired_ns / _S)
-        changes: dict[str, Any] = {MET + c: True for c in answer.get("conditions_met", ())}
-        for key, value in ((QUIESCENT, answer["quiescent"]), (STOPPED, answer["stopped"]), (FAILED, answer["failed"])):
-            if self._flags.get(key, False) != bool(value):
-                self._flags[key] = bool(value)
-                changes[key] = bool(value)
-        return changes
+        return self._change(answer)
+
+    async def tools(self) -> list[dict[str, Any]]:
+        return list((await self._request("tools"))["tools"])
+
+    async def agent_call(self, app: str, function: str, args: Mapping[str, Any], at_ns: int) -> ToolReply:
+        answer = await self._request("call", app=app, function=function, args=dict(args), time=at_ns / _S)
+        error = answer.get("error")
+        if error is None and (app, function) == ("AgentUserInterface", "send_message_to_user"):
+            self._answered = True
+        return ToolReply(answer.get("result"), error, self._change(answer))
+
+    async def agent_reply(self, text: str, at_ns: int) -> WorldChange:
+        kind = self._turns.popleft() if self._turns else ""
+        if kind == "user" and not self._answered and text.strip():
+            reply = await self.agent_call("AgentUserInterface", "send_message_to_user", {"content": text}, at_ns)
+            return self._change_after(reply.change)
+        return self._change({})
+
+    def _change_after(self, change: WorldChange) -> WorldChange:
+        return WorldChange({**change.state, **self._turn_state()}, change.deliveries)
+
+    def _change(self, answer: Mapping[str, Any]) -> WorldChange:
+        state: dict[str, Any] = {MET + c: True for c in answer.get("conditions_met", ())}
+        deliveries: list[DeliverPrompt | Notify] = []
+        for note in answer.get("notifications", ()):
+            if note["type"] == "USER_MESSAGE":
+                text = _user_text(note["text"])
+                if not self._told_preamble:
+                    text, self._told_preamble = PREAMBLE + text, True
+                deliveries.append(DeliverPrompt(text, session="gaia2"))
+                self._turns.append("user")
+                self._answered = False
+            elif note["type"] == "ENVIRONMENT_NOTIFICATION":
+                deliveries.append(Notify(note["text"]))
+                self._turns.append("notification")
+        for key, field in ((QUIESCENT, "quiescent"), (STOPPED, "stopped"), (FAILED, "failed")):
+            if field in answer:
+                self._flag(state, key, bool(answer[field]))
+        state.update(self._turn_state())
+        return WorldChange(state, tuple(deliveries))
+
+    def _turn_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        self._flag(state, TURNS_OPEN, bool(self._turns))
+        return state
+
+    def _flag(self, state: dict[str, Any], key: str, value: bool) -> None:
+        if self._flags.get(key, False) != value:
+            self._flags[key] = value
+            state[key] = value
 
     async def validate(self) -> dict[str, Any]:
         return await self._request("validate")
@@ -256,7 +349,7 @@ class Gaia2Benchmark:
         )
 
     def load(self, config: ScenarioConfig) -> Gaia2Scenario:
-        oracle = config.options.get("oracle", True)
+        oracle = config.options.get("oracle", False)
         if not isinstance(oracle, bool):
             raise InvalidArgument(
                 f"gaia2 option 'oracle' must be true or false, got {oracle!r}", field="run.benchmark.options.oracle"
@@ -265,11 +358,6 @@ class Gaia2Benchmark:
         if unknown:
             raise InvalidArgument(
                 f"unknown gaia2 option(s): {', '.join(unknown)} (known: oracle)", field="run.benchmark.options"
-            )
-        if not oracle:
-            raise InvalidArgument(
-                "gaia2 runs in oracle mode only so far: agents reaching the apps from the sandbox are not built yet",
-                field="run.benchmark.options.oracle",
             )
         pick = self._pick(config)
         return Gaia2Scenario(pick.name, pick.source, oracle=oracle)

@@ -23,6 +23,7 @@ Operations:
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -74,7 +75,10 @@ def _reseed_ids(seed: int = 0) -> None:
     uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)  # type: ignore[assignment]
 
 
-def _load(source: dict[str, Any]) -> Any:
+def _load(source: dict[str, Any], *, oracle: bool = True) -> Any:
+    """``oracle=False``: a scenario for an agent. A Gaia2 JSON scenario then gets its
+    turns as ARE's own preprocessing builds them (the next turn's events wait on a
+    condition: the agent's n-th answer to the user)."""
     _reseed_ids()
     if "registry" in source:
         from are.simulation.scenarios.utils.registry import registry
@@ -101,8 +105,13 @@ def _load(source: dict[str, Any]) -> Any:
         except Exception as exc:  # pydantic's and ARE's own errors, named with the file
             raise WorldError(f"{path}: ARE could not import it: {_first_line(exc)}", "file") from exc
         try:
-            scenario.initialize()
-            scenario.patch_oracle_user_message_order()
+            if oracle:
+                scenario.initialize()
+                scenario.patch_oracle_user_message_order()
+            else:
+                from are.simulation.scenarios.scenario_imported_from_json.utils import preprocess_scenario
+
+                preprocess_scenario(scenario, judge_config=None)
         except Exception as exc:
             raise WorldError(f"{path}: ARE rejected its events or apps: {_first_line(exc)}", "events") from exc
         return scenario
@@ -189,6 +198,16 @@ class World:
             ),
             notification_system=VerboseNotificationSystem(),
         )
+        self._last_logged: Any = None
+        logged = self.env.add_to_log
+
+        def add_to_log(events: Any) -> None:  # apps keep this callback from register_apps
+            batch = events if isinstance(events, list) else [events]
+            if batch:
+                self._last_logged = batch[-1]
+            logged(events)
+
+        self.env.add_to_log = add_to_log
         self.env.register_apps(scenario.apps)
         self.env.state = EnvironmentState.RUNNING
         self.env.time_manager.pause()
@@ -264,6 +283,8 @@ class World:
         ev = self.by_id.get(event_id)
         if ev is None:
             raise WorldError(f"the scenario has no event {event_id!r}", "event_id")
+        if not self._runs(ev):
+            raise WorldError(f"{event_id!r} is the oracle's action: with an agent, the agent acts", "event_id")
         if event_id in self.done:
             raise WorldError(f"event {event_id!r} already ran", "event_id")
         self._set_time(max(t, now if now is not None else t))
@@ -294,10 +315,8 @@ class World:
             self._finish(event_id, completed, t)
         newly_met = self._check_armed(t)
         return {
-            "conditions_met": newly_met,
-            "quiescent": not self.ready,
-            "stopped": self.stopped,
-            "failed": self.env.state == EnvironmentState.FAILED,
+            **self._state(newly_met),
+            "notifications": self.notifications(),
             "order": self.order[-1:] if self.order and self.order[-1]["event_id"] == event_id else [],
         }
 
@@ -357,6 +376,107 @@ class World:
                     met.append(cid)
         return met
 
+    # -- the agent's side (oracle=False) --------------------------------------------------
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The agent's tools, as ARE declares them (``<App>__<function>``)."""
+        out = []
+        for app in self.scenario.apps:
+            if app.name == "InternalContacts":
+                continue
+            for tool in app.get_tools():
+                out.append(
+                    {
+                        "name": tool.name,
+                        "app": app.name,
+                        "function": tool.name.split("__", 1)[1],
+                        "description": tool.function_description or "",
+                        "write": bool(tool.write_operation),
+                        "args": [
+                            {
+                                "name": a.name,
+                                "type": a.arg_type,
+                                "description": a.description or "",
+                                "required": not a.has_default,
+                                "default": a.default if a.has_default else None,
+                            }
+                            for a in tool.args
+                        ],
+                        "returns": tool.return_type if isinstance(tool.return_type, str) else str(tool.return_type),
+                    }
+                )
+        return out
+
+    def call(self, app_name: str, function: str, args: dict[str, Any], now: float) -> dict[str, Any]:
+        """One of the agent's tool calls, checked against ARE's signature of the tool and
+        recorded by ARE as an AGENT event at ``now``; a refusal or a raising tool is a
+        tool error for the agent, never an error of the world."""
+        self._set_time(now)
+        tool = next((t for t in self._agent_tools(app_name) if t.name == f"{app_name}__{function}"), None)
+        if tool is None:
+            names = sorted(t.name.split("__", 1)[1] for t in self._agent_tools(app_name))
+            if not names:
+                apps = sorted({a.name for a in self.scenario.apps if a.get_tools()})
+                return self._answer(now, error=f"no app {app_name!r}; apps: {', '.join(apps)}")
+            return self._answer(now, error=f"{app_name} has no tool {function!r}; it has: {', '.join(names)}")
+        known = {a.name: a for a in tool.args}
+        unknown = sorted(set(args) - set(known))
+        missing = sorted(n for n, a in known.items() if not a.has_default and n not in args)
+        if unknown or missing:
+            parts = ([f"unknown argument(s) {', '.join(unknown)}"] if unknown else []) + (
+                [f"missing argument(s) {', '.join(missing)}"] if missing else []
+            )
+            sig = ", ".join(f"{a.name}: {a.arg_type}" + ("" if not a.has_default else " = ...") for a in tool.args)
+            return self._answer(now, error=f"{tool.name}({sig}): {'; '.join(parts)}")
+        try:
+            result = tool(**args)
+        except Exception as exc:  # ARE logged it as a failed AGENT event
+            self._note_call(tool.name, now, failed=True)
+            return self._answer(now, error=_first_line(exc))
+        self._note_call(tool.name, now, failed=False)
+        return self._answer(now, result=result)
+
+    def _note_call(self, tool_name: str, now: float, *, failed: bool) -> None:
+        """The agent's call in the executed order, under the id ARE logged it with."""
+        last = self._last_logged
+        event_id = last.event_id if last is not None else f"agent-call-{len(self.order)}"
+        self.order.append(
+            {"event_id": event_id, "event_type": "AGENT", "time": now, "tool": tool_name, "failed": failed}
+        )
+
+    def _agent_tools(self, app_name: str) -> list[Any]:
+        for app in self.scenario.apps:
+            if app.name == app_name and app.name != "InternalContacts":
+                return list(app.get_tools())
+        return []
+
+    def _answer(self, now: float, *, result: Any = None, error: str | None = None) -> dict[str, Any]:
+        met = self._check_armed(now)
+        return {
+            "result": _jsonable(result),
+            "error": error,
+            **self._state(met),
+            "notifications": self.notifications(),
+        }
+
+    def _state(self, met: list[str]) -> dict[str, Any]:
+        return {
+            "conditions_met": met,
+            "quiescent": not self.ready,
+            "stopped": self.stopped,
+            "failed": self.env.state == EnvironmentState.FAILED,
+        }
+
+    def notifications(self) -> list[dict[str, str]]:
+        """What ARE would show the agent by now (its notification system's queue)."""
+        if self.oracle:
+            return []
+        queue = self.env.notification_system.message_queue
+        # Stamped with the world clock's own float; a microsecond covers datetime's rounding.
+        now = self.env.time_manager.time() + 1e-6
+        stamp = datetime.datetime.fromtimestamp(now, tz=datetime.UTC)
+        return [{"type": m.message_type.name, "text": m.message} for m in queue.get_by_timestamp(stamp)]
+
     def validate(self) -> dict[str, Any]:
         for ev in self.armed.values():  # ARE's final checks refuse a live validation
             if type(ev) is ValidationEvent:
@@ -370,6 +490,15 @@ class World:
             "exception": _first_line(result.exception) if result.exception is not None else None,
             "rationale": result.rationale,
         }
+
+
+def _jsonable(value: Any) -> Any:
+    """A tool's return value as JSON (ARE returns dataclasses, enums, datetimes)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.loads(json.dumps(value, default=str))
 
 
 def are_oracle(source: dict[str, Any]) -> dict[str, Any]:
@@ -434,7 +563,8 @@ def main() -> None:
             req = json.loads(line)
             op = req.get("op")
             if op == "open":
-                world = World(_load(dict(req["source"])), bool(req.get("oracle", False)))
+                oracle = bool(req.get("oracle", False))
+                world = World(_load(dict(req["source"]), oracle=oracle), oracle)
                 answer: dict[str, Any] = world.describe()
             elif op == "are_oracle":
                 answer = are_oracle(dict(req["source"]))
@@ -445,6 +575,13 @@ def main() -> None:
                 answer = world.fire(str(req["event_id"]), float(req["time"]), float(now) if now is not None else None)
             elif op == "fire_many":  # the bench's batches: one round trip per fire time
                 answer = {"results": [world.fire(str(e), float(req["time"])) for e in req["event_ids"]]}
+            elif op == "tools":
+                answer = {"tools": world.tools()}
+            elif op == "call":
+                args = req.get("args") or {}
+                if not isinstance(args, dict):
+                    raise WorldError("call args must be an object", "args")
+                answer = world.call(str(req["app"]), str(req["function"]), args, float(req["time"]))
             elif op == "validate":
                 answer = world.validate()
             elif op == "log":

@@ -32,6 +32,7 @@ from adapters import (
     SessionSeed,
     Verdict,
     Workspace,
+    WorldChange,
 )
 from sclated.clock import ClockConfig, Jump, Lease, LeaseChange, SimClock, WallLedger
 from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, SclateError
@@ -209,6 +210,8 @@ class RunWorker:
         self._agent_ready = False
         self._state_restored = False
         self._judges: dict[tuple[str, str], bool] = {}
+        self._world_lock = asyncio.Lock()
+        """World steps and their journal records in one order (fires and the agent's calls)."""
 
     # -- building -------------------------------------------------------------
     def _make_scheduler(self) -> Scheduler:
@@ -361,10 +364,63 @@ class RunWorker:
             raise FailedPrecondition(
                 f"event {fire.event_id!r} is a world event but the scenario has no world", reason="NO_WORLD"
             )
-        assert self.loop is not None
-        changes = await world.apply(effect, due_ns=fire.due_ns, fired_ns=fire.fired_ns)
-        if changes:
-            self.loop.apply_world(dict(changes))
+        async with self._world_lock:
+            change = await world.apply(effect, due_ns=fire.due_ns, fired_ns=fire.fired_ns)
+            self._note_world_change(change, origin=fire.event_id)
+
+    def _note_world_change(self, change: WorldChange, *, origin: str) -> None:
+        """Journal what a world step changed: state for ``When`` triggers, and each thing the
+        agent is now told as an event at this time (so a replay tells it the same)."""
+        loop = self.loop
+        assert loop is not None
+        if change.state:
+            loop.apply_world(dict(change.state))
+        if change.deliveries:
+            now = loop.clock.now()
+            loop.register(
+                [EventSpec(f"{origin}#tell{i}", At(now), (d,)) for i, d in enumerate(change.deliveries)], now_ns=now
+            )
+
+    async def world_request(self, msg: Mapping[str, Any]) -> dict[str, Any]:
+        """The sandbox's ``are`` command: the world's tools, or one call of the agent."""
+        world = self.scenario.world
+        if world is None:
+            raise FailedPrecondition("this run's scenario has no world to call", reason="NO_WORLD")
+        loop = self.loop
+        if loop is None:
+            raise FailedPrecondition("the run is not running", reason="NOT_RUNNING")
+        op = msg.get("op")
+        if op == "tools":
+            return {"tools": await world.tools()}
+        if op != "call":
+            raise InvalidArgument(f"world op must be tools or call, got {op!r}", field="op")
+        app, function, args = msg.get("app"), msg.get("function"), msg.get("args", {})
+        if not isinstance(app, str) or not app or not isinstance(function, str) or not function:
+            raise InvalidArgument("a world call needs app and function (strings)", field="app")
+        if not isinstance(args, dict):
+            raise InvalidArgument("a world call's args must be an object", field="args")
+        async with self._world_lock:
+            at = loop.clock.now()
+            reply = await world.agent_call(app, function, args, at)
+            rec = loop.apply_action(
+                self.agent.name,
+                "world_call",
+                {"app": app, "function": function, "args": _jsonable(args), "at_ns": at, "error": reply.error},
+            )
+            self._note_world_change(reply.change, origin=f"call{rec.seq}")
+        return {"result": reply.result, "error": reply.error, "sim_ns": at}
+
+    async def _world_reply(self, text: str) -> None:
+        """A turn ended: the world hears the agent's last words (Gaia2: its answer)."""
+        world = self.scenario.world
+        loop = self.loop
+        if world is None or loop is None:
+            return
+        async with self._world_lock:
+            at = loop.clock.now()
+            change = await world.agent_reply(text, at)
+            rec = loop.apply_action(self.agent.name, "world_reply", {"text": text, "at_ns": at})
+            self._note_world_change(change, origin=f"reply{rec.seq}")
 
     async def _open_world(self) -> None:
         """Open the scenario's world before the scheduler is built (its sources may
@@ -383,7 +439,17 @@ class RunWorker:
             if isinstance(entry, FireRecord):
                 for effect in entry.effects:
                     if isinstance(effect, WorldEvent):
-                        changes.update(await world.apply(effect, due_ns=entry.due_ns, fired_ns=entry.fired_ns))
+                        change = await world.apply(effect, due_ns=entry.due_ns, fired_ns=entry.fired_ns)
+                        changes.update(change.state)
+            elif isinstance(entry, InputRecord) and entry.kind == "action":
+                kind, data = entry.payload.get("kind"), entry.payload.get("data") or {}
+                if kind == "world_call":
+                    reply = await world.agent_call(
+                        str(data["app"]), str(data["function"]), dict(data.get("args") or {}), int(data["at_ns"])
+                    )
+                    changes.update(reply.change.state)
+                elif kind == "world_reply":
+                    changes.update((await world.agent_reply(str(data["text"]), int(data["at_ns"]))).state)
         # A crash between a world fire and its journaled changes: record them now.
         seen = loop.scheduler.snapshot().world
         missing = {k: v for k, v in changes.items() if seen.get(k) != v}
@@ -433,6 +499,7 @@ class RunWorker:
             )
             if round_id:
                 self.replies[round_id] = reply
+            await self._world_reply(reply)
             loop.apply_action(
                 "agent",
                 "turn_end",
@@ -590,6 +657,7 @@ class RunWorker:
             fail_run=self.fail,
             restore_from=self.restore_from,
             schedule=self.schedule_own,
+            world=self.world_request if self.scenario.world is not None else None,
         )
 
     async def run(self) -> RunOutcome:

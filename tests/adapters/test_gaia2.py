@@ -7,26 +7,27 @@ process: nothing of ARE is doubled here."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from adapters import ScenarioConfig
+from adapters import AgentEnvironment, InProcessAgent, ScenarioConfig, TurnResult
 from adapters.gaia2 import ARE_PYTHON_ENV, ARE_SCENARIOS, Gaia2Benchmark, Gaia2World, WorldProcess, event_specs
 from adapters.gaia2._parity import after_conditions, compare_orders
 from sclated.errors import FailedPrecondition, InvalidArgument
-from sclated.runs import RunWorker
+from sclated.runs import AgentEntry, Registry, RunWorker
 from sclated.runs._registry import default_registry
 from sclated.runs._spec import RunSpec
-from sclated.scheduler import After, At, When, WorldEvent
+from sclated.scheduler import After, At, DeliverPrompt, When, WorldEvent
 from tests.runs.doubles import NullSink
 
 
 def _spec(**benchmark: Any) -> RunSpec:
     return RunSpec.from_dict(
         {
-            "benchmark": {"name": "gaia2", **benchmark},
+            "benchmark": {"name": "gaia2", "options": {"oracle": True}, **benchmark},
             "agent": {"harness": "scripted"},
             "clock": {"mode": "discrete"},
         }
@@ -236,3 +237,94 @@ async def test_without_ares_environment_the_run_says_how_to_get_it(monkeypatch: 
     monkeypatch.setenv(ARE_PYTHON_ENV, "/nonexistent/python")
     with pytest.raises(FailedPrecondition, match="make venv"):
         await _oracle_run(scenario="scenario_tutorial")
+
+
+# -- with an agent -------------------------------------------------------------------------
+
+
+class ToolUsingAgent(InProcessAgent):
+    """Test double: answers each user message by calling the world's tools as a harness
+    does through the sandbox's ``are`` command (AgentEnvironment.world), then replies."""
+
+    def __init__(self, calls: list[dict[str, Any]]) -> None:
+        self._calls = calls
+        self._world: Any = None
+        self.replies: list[dict[str, Any]] = []
+        self.prompts: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return "tool-user"
+
+    async def prepare(self, env: AgentEnvironment) -> None:
+        self._world = env.world
+
+    async def start_session(self, session: str) -> None:
+        pass
+
+    async def stop_session(self) -> None:
+        pass
+
+    async def deliver(self, prompt: DeliverPrompt) -> TurnResult:
+        received = time.monotonic_ns()
+        self.prompts.append(prompt.text)
+        if self._calls and "dinner" in prompt.text:
+            for call in self._calls:
+                self.replies.append(await self._world({"op": "call", **call}))
+        return TurnResult(reply="I asked Bob.", started_ns=0, ended_ns=0, received_wall_ns=received)
+
+
+def _with_agent(agent: ToolUsingAgent) -> tuple[Registry, RunSpec]:
+    registry = default_registry()
+    registry.add_agent(AgentEntry(agent.name, "test double", sandboxed=False, factory=lambda o, m: agent))
+    spec = RunSpec.from_dict(
+        {"benchmark": {"name": "gaia2", "scenario": "sclate_two_turns"}, "agent": {"harness": agent.name}}
+    )
+    return registry, spec
+
+
+async def test_an_agents_tool_calls_reach_the_apps_and_bad_ones_come_back_as_tool_errors() -> None:
+    agent = ToolUsingAgent(
+        [
+            {"app": "MessagingAppV2", "function": "send_message", "args": {"user_id": "bob", "content": "Dinner?"}},
+            {"app": "MessagingAppV2", "function": "send_mesage", "args": {}},
+            {"app": "MessagingAppV2", "function": "send_message", "args": {"user": "bob"}},
+            {"app": "Nowhere", "function": "x", "args": {}},
+        ]
+    )
+    registry, spec = _with_agent(agent)
+    worker = RunWorker("local/gaia2-agent", spec, registry, NullSink())
+    outcome = await worker.run()
+    assert outcome.state == "SUCCEEDED", outcome.reason
+    ok, typo, bad_args, no_app = agent.replies
+    assert ok["error"] is None and ok["result"] == "conv-bob"
+    assert "has no tool 'send_mesage'" in typo["error"] and "send_message" in typo["error"]
+    assert "unknown argument(s) user" in bad_args["error"] and "missing argument(s) user_id" in bad_args["error"]
+    assert "no app 'Nowhere'" in no_app["error"]
+    # The user's two tasks and Bob's message in between reached the agent, in order;
+    # the first carries the `are` instructions.
+    assert "`are` command" in agent.prompts[0] and "dinner on Friday" in agent.prompts[0]
+    assert "New message received" in agent.prompts[1]
+    assert "Email carol@example.com" in agent.prompts[2]
+    executed = worker.verdicts["gaia2"].details["executed"]
+    tools = [(e["event_type"], e["tool"], e["failed"]) for e in executed]
+    assert tools[:3] == [
+        ("USER", "AgentUserInterface__send_message_to_agent", False),
+        ("AGENT", "MessagingAppV2__send_message", False),
+        ("AGENT", "AgentUserInterface__send_message_to_user", False),  # its reply, as ARE's answer
+    ]
+    # The second turn's events waited for that answer (ARE's turn condition), then ran
+    # 600 s and 660 s after it, as the scenario says.
+    answer_t = executed[2]["time"]
+    bob = next(e for e in executed if e["event_id"] == "bob_answers")
+    task2 = next(e for e in executed if e["event_id"] == "task2")
+    assert bob["time"] == pytest.approx(answer_t + 600, abs=0.5)
+    assert task2["time"] == pytest.approx(answer_t + 660, abs=0.5)
+    # Every call is journaled, in the world's order.
+    assert worker.loop is not None
+    assert [a.data["function"] for a in worker.loop.scheduler.snapshot().actions if a.kind == "world_call"] == [
+        "send_message",
+        "send_mesage",
+        "send_message",
+        "x",
+    ]
