@@ -200,6 +200,13 @@ class World(Protocol):
         """One tool call of the agent, at ``at_ns``: checked, executed, recorded as its action."""
         ...
 
+    def wait_for(self, app: str, function: str, args: Mapping[str, Any]) -> float | None:
+        """If this call is the agent waiting for something to happen (Gaia2's
+        ``SystemApp.wait_for_notification``), how long at most, in simulated seconds
+        (0: until the next event); None for any other call. The run then waits in
+        simulated time, so the clock jumps, instead of the world moving its own clock."""
+        ...
+
     async def agent_reply(self, text: str, at_ns: int) -> WorldChange:
         """The agent ended a turn with ``text`` (Gaia2: its answer to the user, unless it
         already sent one through the tools)."""

@@ -220,6 +220,17 @@ class Gaia2World:
             self._answered = True
         return ToolReply(answer.get("result"), error, self._change(answer))
 
+    def wait_for(self, app: str, function: str, args: Mapping[str, Any]) -> float | None:
+        if (app, function) != ("SystemApp", "wait_for_notification"):
+            return None
+        timeout = args.get("timeout", 0)
+        if isinstance(timeout, str):
+            try:
+                timeout = float(timeout)
+            except ValueError:
+                timeout = 0
+        return max(0.0, float(timeout)) if isinstance(timeout, int | float) else 0.0
+
     async def agent_reply(self, text: str, at_ns: int) -> WorldChange:
         kind = self._turns.popleft() if self._turns else ""
         if kind == "user" and not self._answered and text.strip():

@@ -178,7 +178,13 @@ class SandboxedAgent:
             state_dirs=self.declaration.state_dirs,
         )
         session = SandboxSession(
-            self._services, config, clock=env.clock, leases=env.leases, on_wait=env.wait, fail_run=env.fail_run
+            self._services,
+            config,
+            clock=env.clock,
+            leases=env.leases,
+            on_wait=env.wait,
+            fail_run=env.fail_run,
+            on_world=env.world,
         )
         if env.restore_from is not None:
             start = SessionStart.RESTORE

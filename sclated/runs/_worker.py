@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import json
 import logging
 import time
@@ -136,6 +137,10 @@ def _session_seed(data: Mapping[str, Any]) -> SessionSeed:
         transcript=path("transcript"),
         harness_config=path("harness_config"),
     )
+
+
+def _iso(sim_ns: int) -> str:
+    return dt.datetime.fromtimestamp(sim_ns / 1e9, tz=dt.UTC).isoformat(timespec="seconds")
 
 
 def _jsonable(value: Any) -> Any:
@@ -399,6 +404,9 @@ class RunWorker:
             raise InvalidArgument("a world call needs app and function (strings)", field="app")
         if not isinstance(args, dict):
             raise InvalidArgument("a world call's args must be an object", field="args")
+        timeout_s = world.wait_for(app, function, args)
+        if timeout_s is not None:
+            return await self._world_wait(timeout_s)
         async with self._world_lock:
             at = loop.clock.now()
             reply = await world.agent_call(app, function, args, at)
@@ -409,6 +417,25 @@ class RunWorker:
             )
             self._note_world_change(reply.change, origin=f"call{rec.seq}")
         return {"result": reply.result, "error": reply.error, "sim_ns": at}
+
+    async def _world_wait(self, timeout_s: float) -> dict[str, Any]:
+        """The agent waits for something to happen: in simulated time, until the next
+        scheduled event (or ``timeout_s``, when given), so the clock jumps there. What
+        happens then reaches the agent as its next messages."""
+        loop = self.loop
+        assert loop is not None
+        now = loop.clock.now()
+        nxt = loop.scheduler.next_due_ns()
+        until = now + int(timeout_s * 1e9) if timeout_s > 0 else (nxt if nxt is not None else now)
+        if nxt is not None:
+            until = min(until, nxt)
+        loop.apply_action(self.agent.name, "world_wait", {"until_ns": until, "timeout_s": timeout_s})
+        woke = await self.wait(max(until, now))
+        return {
+            "result": f"waited until {_iso(woke)}; what happened reaches you as messages",
+            "error": None,
+            "sim_ns": woke,
+        }
 
     async def _world_reply(self, text: str) -> None:
         """A turn ended: the world hears the agent's last words (Gaia2: its answer)."""

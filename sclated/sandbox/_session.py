@@ -73,6 +73,8 @@ __all__ = ["SandboxOptions", "SandboxServices", "SandboxSession", "SessionStart"
 log = logging.getLogger("sclated.sandbox")
 
 WaitHandler = Callable[[int], Awaitable[int]]
+WorldHandler = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
+"""A benchmark world's tools for the sandbox's ``are`` command (see adapters.AgentEnvironment.world)."""
 """``until_ns`` -> the simulated time the waiter woke at (see RunLoop turns)."""
 
 
@@ -265,12 +267,14 @@ class SandboxSession:
         leases: LeaseHolder,
         on_wait: WaitHandler,
         fail_run: Callable[[str], None],
+        on_world: WorldHandler | None = None,
     ) -> None:
         self._services = services
         self.config = config
         self._clock = clock
         self._leases = leases
         self._on_wait = on_wait
+        self._on_world = on_world
         self._fail_run = fail_run
         self._secret = secrets.token_hex(16)
         self._runtime: Runtime | None = None
@@ -454,7 +458,22 @@ class SandboxSession:
                 raise InvalidArgument("wait needs until_ns or a non-negative for_ns (integers)", field="until_ns")
             return {"woke_ns": await self._on_wait(max(until, now))}
 
-        return {"hello": hello, "call_start": call_start, "call_end": call_end, "record": record, "wait": wait}
+        async def world(msg: Mapping[str, Any]) -> dict[str, Any]:
+            if self._on_world is None:
+                raise FailedPrecondition(
+                    "this run's benchmark has no world of apps (the `are` command is for Gaia2 runs)",
+                    reason="NO_WORLD",
+                )
+            return await self._on_world(msg)
+
+        return {
+            "hello": hello,
+            "call_start": call_start,
+            "call_end": call_end,
+            "record": record,
+            "wait": wait,
+            "world": world,
+        }
 
     # -- what a harness may do inside (adapters.SandboxAccess) ---------------------------------
     def _require(self) -> Sandbox:
