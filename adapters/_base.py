@@ -40,6 +40,7 @@ __all__ = [
     "HarnessDeclaration",
     "InProcessAgent",
     "Jobs",
+    "Judge",
     "JudgeReply",
     "LineChannel",
     "ProcessClock",
@@ -142,6 +143,13 @@ class JudgeReply:
         return {"judge_endpoint": self.endpoint, "judge_model": self.model, "judge_embedded": self.embedded}
 
 
+class Judge(Protocol):
+    """The run's judge model (see sclated.runs._judge): one prompt, one reply that says
+    who judged. ``max_tokens``: None for the judge's own default (LongMemEval's 10)."""
+
+    def __call__(self, prompt: str, *, max_tokens: int | None = None) -> Awaitable[JudgeReply]: ...
+
+
 class GradeContext(Protocol):
     """What grading may use: the agent's workspace and replies, a judge model."""
 
@@ -185,7 +193,9 @@ class World(Protocol):
     applying the journal's world fires again.
     """
 
-    async def open(self, run_dir: Path | None) -> None: ...
+    async def open(self, run_dir: Path | None, judge: Judge | None) -> None:
+        """``judge``: the run's judge model, for checks of the world that need one."""
+        ...
 
     async def apply(self, effect: WorldEvent, *, due_ns: int, fired_ns: int) -> WorldChange:
         """Execute one world event, due at ``due_ns`` (its scheduled time, which the world

@@ -31,6 +31,7 @@ from adapters._base import (
     BenchmarkInfo,
     Capability,
     GradeContext,
+    Judge,
     RoundInfo,
     ScenarioConfig,
     ToolReply,
@@ -59,6 +60,8 @@ from sclated.scheduler import (
 __all__ = ["ARE_SCENARIOS", "Gaia2Benchmark", "Gaia2Scenario", "Gaia2World", "event_specs"]
 
 _S = 1_000_000_000
+JUDGE_MAX_TOKENS = 768
+"""ARE's judge prompts ask for reasoning before the verdict ([[True]], [[success]])."""
 _OWN = Path(__file__).with_name("scenarios")
 ARE_SCENARIOS = (
     "scenario_tutorial",
@@ -189,6 +192,9 @@ class Gaia2World:
         self.source = dict(source)
         """What the world is built from: ``registry``, ``file`` or ``generated``."""
         self._oracle = oracle
+        self._judge: Judge | None = None
+        self.judges: list[dict[str, Any]] = []
+        """Who judged (endpoint, model), once each, for the verdict."""
         self._process: WorldProcess | None = None
         self.description: dict[str, Any] | None = None
         self._reset()
@@ -199,12 +205,28 @@ class Gaia2World:
         self._answered = True
         self._told_preamble = False
 
-    async def open(self, run_dir: Path | None) -> None:
+    async def open(self, run_dir: Path | None, judge: Judge | None = None) -> None:
         self._reset()
-        process = WorldProcess(cwd=run_dir / "gaia2" if run_dir is not None else None)
+        self._judge = judge
+        self.judges = []
+        process = WorldProcess(
+            cwd=run_dir / "gaia2" if run_dir is not None else None,
+            judge=self._ask_judge if judge is not None else None,
+        )
         await process.start()
         self._process = process
-        self.description = await process.request("open", source=self.source, oracle=self._oracle)
+        self.description = await process.request(
+            "open", source=self.source, oracle=self._oracle, judge=judge is not None
+        )
+
+    async def _ask_judge(self, messages: list[dict[str, Any]]) -> str:
+        """ARE's judge messages as one prompt to the run's judge (which records who judged)."""
+        assert self._judge is not None
+        prompt = "\n\n".join(str(m.get("content", "")) for m in messages if m.get("content"))
+        reply = await self._judge(prompt, max_tokens=JUDGE_MAX_TOKENS)
+        if reply.details() not in self.judges:
+            self.judges.append(reply.details())
+        return reply.text
 
     async def apply(self, effect: WorldEvent, *, due_ns: int, fired_ns: int) -> WorldChange:
         answer = await self._request("fire", event_id=effect.event_id, time=due_ns / _S, now=fired_ns / _S)
@@ -329,7 +351,11 @@ class Gaia2Scenario:
         order = await self._world.executed()
         success = result.get("success")
         details = {
-            "validator": "ARE Scenario.validate (oracle mode: no judge)" if self.oracle else "ARE Scenario.validate",
+            "validator": "ARE Scenario.validate (oracle mode: no judge)"
+            if self.oracle
+            else ("ARE GraphPerEventJudge" if result.get("judged") else "ARE Scenario.validate (no judge)"),
+            "judge_calls": result.get("judge_calls", 0),
+            "judges": list(self._world.judges),
             "success": success,
             "exception": result.get("exception"),
             "rationale": result.get("rationale"),

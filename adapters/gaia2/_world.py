@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,17 @@ def are_python() -> Path:
 class WorldProcess:
     """One ARE world process: ``start``, ``request`` (one at a time), ``close``."""
 
-    def __init__(self, *, python: Path | None = None, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        python: Path | None = None,
+        cwd: Path | None = None,
+        judge: Callable[[list[dict[str, Any]]], Awaitable[str]] | None = None,
+    ) -> None:
+        """``judge``: answers ARE's judge when the world asks (its messages, the reply's text)."""
         self._python = python
         self._cwd = cwd
+        self._judge = judge
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self._stderr: deque[str] = deque(maxlen=40)
@@ -98,6 +107,11 @@ class WorldProcess:
                 proc.stdin.write((json.dumps({"op": op, **fields}) + "\n").encode())
                 await proc.stdin.drain()
                 line = await proc.stdout.readline()
+                while line and line.startswith(b'{"judge":'):
+                    # ARE's judge asks, in the middle of this operation; the answer goes back.
+                    proc.stdin.write((json.dumps(await self._answer_judge(line)) + "\n").encode())
+                    await proc.stdin.drain()
+                    line = await proc.stdout.readline()
             except (BrokenPipeError, ConnectionResetError):
                 line = b""
             if not line:
@@ -114,6 +128,15 @@ class WorldProcess:
                 raise InvalidArgument(message, field=f"gaia2.{err.get('field') or op}")
             raise SclateError(message)
         return answer
+
+    async def _answer_judge(self, line: bytes) -> dict[str, Any]:
+        if self._judge is None:
+            return {"judge_error": "this run has no judge model"}
+        try:
+            messages = json.loads(line)["judge"]["messages"]
+            return {"judge_reply": {"text": await self._judge(messages)}}
+        except SclateError as exc:
+            return {"judge_error": exc.message}
 
     async def close(self) -> None:
         proc, self._proc = self._proc, None

@@ -75,7 +75,27 @@ def _reseed_ids(seed: int = 0) -> None:
     uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)  # type: ignore[assignment]
 
 
-def _load(source: dict[str, Any], *, oracle: bool = True) -> Any:
+class HostJudge:
+    """ARE's judge engine (``engine(messages) -> (text, metadata)``), answered by the
+    run's judge on the host: a ``{"judge": ...}`` line out, a ``{"judge_reply": ...}``
+    line back. Unlike ARE's stock LiteLLM engine it leaves the reply's text alone
+    (1.2.0 lowercases True/False, which its own soft checkers then never find)."""
+
+    calls = 0
+
+    def __call__(self, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[str, dict[str, Any]]:
+        HostJudge.calls += 1
+        _OUT.write(json.dumps({"judge": {"messages": messages}}, default=str) + "\n")
+        line = sys.stdin.readline()
+        if not line:
+            raise RuntimeError("the host went away during a judge call")
+        reply = json.loads(line)
+        if "judge_error" in reply:
+            raise RuntimeError(f"the run's judge failed: {reply['judge_error']}")
+        return str(reply["judge_reply"]["text"]), {}
+
+
+def _load(source: dict[str, Any], *, oracle: bool = True, judge: bool = False) -> Any:
     """``oracle=False``: a scenario for an agent. A Gaia2 JSON scenario then gets its
     turns as ARE's own preprocessing builds them (the next turn's events wait on a
     condition: the agent's n-th answer to the user)."""
@@ -111,7 +131,12 @@ def _load(source: dict[str, Any], *, oracle: bool = True) -> Any:
             else:
                 from are.simulation.scenarios.scenario_imported_from_json.utils import preprocess_scenario
 
-                preprocess_scenario(scenario, judge_config=None)
+                config = None
+                if judge:
+                    from are.simulation.validation.configs import GraphPerEventJudgeConfig
+
+                    config = GraphPerEventJudgeConfig(engine=HostJudge())
+                preprocess_scenario(scenario, judge_config=config)
         except Exception as exc:
             raise WorldError(f"{path}: ARE rejected its events or apps: {_first_line(exc)}", "events") from exc
         return scenario
@@ -489,6 +514,8 @@ class World:
             "success": result.success,
             "exception": _first_line(result.exception) if result.exception is not None else None,
             "rationale": result.rationale,
+            "judged": getattr(self.scenario, "judge", None) is not None,
+            "judge_calls": HostJudge.calls,
         }
 
 
@@ -564,7 +591,8 @@ def main() -> None:
             op = req.get("op")
             if op == "open":
                 oracle = bool(req.get("oracle", False))
-                world = World(_load(dict(req["source"]), oracle=oracle), oracle)
+                judged = bool(req.get("judge", False)) and not oracle
+                world = World(_load(dict(req["source"]), oracle=oracle, judge=judged), oracle)
                 answer: dict[str, Any] = world.describe()
             elif op == "are_oracle":
                 answer = are_oracle(dict(req["source"]))

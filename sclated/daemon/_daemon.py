@@ -28,7 +28,7 @@ import shutil
 import signal
 import sqlite3
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -37,14 +37,23 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from sclate_api.v1 import sclate_pb2, sclate_pb2_grpc
 
-from adapters import JudgeReply
+from adapters import Judge, JudgeReply
 from sclated.api import SclateInterceptor, SclateServicer, TokenTable
 from sclated.daemon._config import DaemonConfig
 from sclated.daemon._listeners import GrpcServer, Listener, TcpListener, UnixSocketListener, listeners_for
 from sclated.daemon._sdnotify import notify, watchdog_interval_s, watchdog_loop
 from sclated.errors import ConfigError, SclateError
 from sclated.model import EmbeddedModel
-from sclated.runs import JudgeConfig, ManagerConfig, Registry, RunManager, RunSpec, ask_judge, default_registry
+from sclated.runs import (
+    JUDGE_MAX_TOKENS,
+    JudgeConfig,
+    ManagerConfig,
+    Registry,
+    RunManager,
+    RunSpec,
+    ask_judge,
+    default_registry,
+)
 from sclated.runtime import SnapshotInfo
 from sclated.sandbox import SandboxServices, short_sockets_dir
 from sclated.store import Store
@@ -395,12 +404,14 @@ class Daemon:
                 await runtime.remove_image(info.image)
         await asyncio.to_thread(shutil.rmtree, run_dir, True)
 
-    def _judge_for(self, spec: RunSpec) -> Callable[[str], Awaitable[JudgeReply]]:
+    def _judge_for(self, spec: RunSpec) -> Judge:
         config = JudgeConfig.from_options(spec.benchmark.options, run_model_url=spec.agent.model.base_url)
         embedded_url = self.services.model.url
 
-        async def judge(prompt: str) -> JudgeReply:
-            return await ask_judge(config, prompt, embedded_url=embedded_url)
+        async def judge(prompt: str, *, max_tokens: int | None = None) -> JudgeReply:
+            return await ask_judge(
+                config, prompt, embedded_url=embedded_url, max_tokens=max_tokens or JUDGE_MAX_TOKENS
+            )
 
         return judge
 

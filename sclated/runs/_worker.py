@@ -26,6 +26,7 @@ from adapters import (
     AgentAdapter,
     AgentEnvironment,
     Capability,
+    Judge,
     JudgeReply,
     Scenario,
     ScenarioConfig,
@@ -182,7 +183,7 @@ class RunWorker:
         sink: RunSink,
         *,
         journal: list[dict[str, Any]] | None = None,
-        judge: Callable[[str], Awaitable[JudgeReply]] | None = None,
+        judge: Judge | None = None,
         run_dir: Path | None = None,
     ) -> None:
         self.name = name
@@ -455,7 +456,7 @@ class RunWorker:
         world = self.scenario.world
         if world is None:
             return
-        await world.open(self.run_dir)
+        await world.open(self.run_dir, self.judge)
 
     async def _rebuild_world(self, loop: RunLoop) -> None:
         world = self.scenario.world

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from adapters import AgentEnvironment, InProcessAgent, ScenarioConfig, TurnResult
+from adapters import AgentEnvironment, InProcessAgent, JudgeReply, ScenarioConfig, TurnResult
 from adapters.gaia2 import ARE_PYTHON_ENV, ARE_SCENARIOS, Gaia2Benchmark, Gaia2World, WorldProcess, event_specs
 from adapters.gaia2._parity import after_conditions, compare_orders
 from sclated.errors import FailedPrecondition, InvalidArgument
@@ -246,8 +246,9 @@ class ToolUsingAgent(InProcessAgent):
     """Test double: answers each user message by calling the world's tools as a harness
     does through the sandbox's ``are`` command (AgentEnvironment.world), then replies."""
 
-    def __init__(self, calls: list[dict[str, Any]]) -> None:
+    def __init__(self, calls: list[dict[str, Any]], later: list[dict[str, Any]] | None = None) -> None:
         self._calls = calls
+        self._later = later or []
         self._world: Any = None
         self.replies: list[dict[str, Any]] = []
         self.prompts: list[str] = []
@@ -268,10 +269,34 @@ class ToolUsingAgent(InProcessAgent):
     async def deliver(self, prompt: DeliverPrompt) -> TurnResult:
         received = time.monotonic_ns()
         self.prompts.append(prompt.text)
-        if self._calls and "dinner" in prompt.text:
+        reply = "I asked Bob."
+        if "dinner on Friday" in prompt.text:
             for call in self._calls:
                 self.replies.append(await self._world({"op": "call", **call}))
-        return TurnResult(reply="I asked Bob.", started_ns=0, ended_ns=0, received_wall_ns=received)
+        elif "Email carol" in prompt.text:
+            for call in self._later:
+                self.replies.append(await self._world({"op": "call", **call}))
+            reply = "Bob will be there at 8, and Carol knows."
+        return TurnResult(reply=reply, started_ns=0, ended_ns=0, received_wall_ns=received)
+
+
+class JudgeDouble:
+    """Test double for the run's judge: answers each of ARE's judge prompts in the format
+    it asks for, approving or rejecting; keeps the prompts."""
+
+    def __init__(self, approve: bool) -> None:
+        self.approve = approve
+        self.prompts: list[str] = []
+
+    async def __call__(self, prompt: str, *, max_tokens: int | None = None) -> JudgeReply:
+        self.prompts.append(prompt)
+        if "<subtask>" in prompt:
+            text = "<subtask>Ask Bob about dinner and report.</subtask>"
+        elif "[[Success]]" in prompt or "[[Failure]]" in prompt:
+            text = "- Reasoning: compared.\n- Evaluation: " + ("[[Success]]" if self.approve else "[[Failure]]")
+        else:
+            text = "Reasoning: compared.\nEvaluation: " + ("[[True]]" if self.approve else "[[False]]")
+        return JudgeReply(text=text, endpoint="judge-double", model="double", embedded=False)
 
 
 def _with_agent(agent: ToolUsingAgent) -> tuple[Registry, RunSpec]:
@@ -328,3 +353,36 @@ async def test_an_agents_tool_calls_reach_the_apps_and_bad_ones_come_back_as_too
         "send_message",
         "x",
     ]
+
+
+ORACLE_LIKE = (
+    [{"app": "MessagingAppV2", "function": "send_message", "args": {"user_id": "bob", "content": "Dinner on Friday?"}}],
+    [
+        {
+            "app": "EmailClientV2",
+            "function": "send_email",
+            "args": {"recipients": ["carol@example.com"], "subject": "Friday dinner", "content": "Bob comes at 8."},
+        }
+    ],
+)
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_ares_judge_grades_the_agent_with_the_runs_judge(approve: bool) -> None:
+    """ARE's own GraphPerEventJudge: exact arguments are checked by its code, the rest
+    (paraphrased messages) by the run's judge, whose verdict decides."""
+    agent = ToolUsingAgent(*ORACLE_LIKE)
+    registry, spec = _with_agent(agent)
+    judge = JudgeDouble(approve)
+    worker = RunWorker("local/gaia2-judged", spec, registry, NullSink(), judge=judge)
+    outcome = await worker.run()
+    assert outcome.state == "SUCCEEDED", outcome.reason
+    verdict = worker.verdicts["gaia2"]
+    assert verdict.graded
+    assert verdict.details["validator"] == "ARE GraphPerEventJudge"
+    assert verdict.details["judges"] == [
+        {"judge_endpoint": "judge-double", "judge_model": "double", "judge_embedded": False}
+    ]
+    assert verdict.details["judge_calls"] == len(judge.prompts) > 0
+    assert any("Dinner on Friday?" in p for p in judge.prompts)  # the paraphrase went to the judge
+    assert verdict.score == (1.0 if approve else 0.0), verdict.details["rationale"]
