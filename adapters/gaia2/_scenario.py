@@ -364,7 +364,8 @@ class Gaia2Scenario:
         }
         if success is None:
             return Verdict(effect.check_id, None, False, "ARE's validation gave no outcome", details)
-        return Verdict(effect.check_id, 1.0 if success else 0.0, True, str(result.get("exception") or ""), details)
+        why = str(result.get("exception") or result.get("rationale") or "")
+        return Verdict(effect.check_id, 1.0 if success else 0.0, True, why[:2000], details)
 
 
 @dataclass(frozen=True, slots=True)
