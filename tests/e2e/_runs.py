@@ -11,13 +11,6 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.store import Store
 
-LIBFAKETIME_RACE = "libfaketime: In parse_ft_string(), failed to parse FAKETIME timestamp"
-"""A known bug, not fixed yet (docs/harness-notes.md, "libfaketime's race"): with
-``FAKETIME_NO_CACHE=1`` a multi-threaded process can die in libfaketime itself,
-whose timestamp parsing shares static buffers between threads. Seen twice, in a
-Hermes branch's turn; a test tolerates it by name only, so that anything else
-still fails."""
-
 
 async def stored_calls(state: Path, run: str) -> list[dict[str, Any]]:
     """The run's call records from the daemon's store, in the order they were made."""

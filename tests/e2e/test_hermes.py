@@ -17,7 +17,7 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench import start_daemon_process
 
-from ._runs import LIBFAKETIME_RACE, branch_at_day_two, own_calls, stored_calls, turn_errors
+from ._runs import branch_at_day_two, own_calls, stored_calls, turn_errors
 from ._runs import final as final_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
@@ -81,9 +81,8 @@ async def test_metaclaw_tiny_with_hermes_snapshot_and_branch(tmp_path: Path) -> 
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
-    # Every turn reached the model (a turn Hermes failed before calling it would say why
-    # here), but for libfaketime's own race (a known bug: see LIBFAKETIME_RACE).
-    assert not [e for e in errors if LIBFAKETIME_RACE not in e[2]], errors
+    # Every turn reached the model (a turn Hermes failed before calling it would say why here).
+    assert not errors, errors
     agent = [c for c in calls if c["role"] == "agent" and c["method"] == "POST"]
     memory = [c for c in calls if c["role"] == "memory"]
     assert agent and memory
