@@ -386,3 +386,38 @@ async def test_ares_judge_grades_the_agent_with_the_runs_judge(approve: bool) ->
     assert verdict.details["judge_calls"] == len(judge.prompts) > 0
     assert any("Dinner on Friday?" in p for p in judge.prompts)  # the paraphrase went to the judge
     assert verdict.score == (1.0 if approve else 0.0), verdict.details["rationale"]
+
+
+class JournalSink(NullSink):
+    """Test double for the run manager's sink: keeps the durable journal."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        self.entries.append(entry)
+
+
+async def test_a_resumed_run_rebuilds_the_world_from_the_journal() -> None:
+    """A daemon restart replays the journal: the world process is new, and the journal's
+    world fires and the agent's calls, applied again in order, give the same world."""
+    agent = ToolUsingAgent(*ORACLE_LIKE)
+    registry, spec = _with_agent(agent)
+    sink = JournalSink()
+    first = RunWorker("local/gaia2-resume", spec, registry, sink)
+    outcome = await first.run()
+    assert outcome.state == "SUCCEEDED", outcome.reason
+    before = first.verdicts["gaia2"].details["executed"]
+    again = RunWorker("local/gaia2-resume", spec, registry, NullSink(), journal=sink.entries)
+    world = again.scenario.world
+    assert isinstance(world, Gaia2World)
+    await again._open_world()
+    try:
+        await again._rebuild_world(again._build())
+        after = await world.executed()
+    finally:
+        await again._close_world()
+    assert [(e["event_id"], e["time"], e["tool"], e["failed"]) for e in after] == [
+        (e["event_id"], e["time"], e["tool"], e["failed"]) for e in before
+    ]
+    assert any(e["event_type"] == "AGENT" for e in after) and any(e["event_type"] == "ENV" for e in after)
