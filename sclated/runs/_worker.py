@@ -420,18 +420,25 @@ class RunWorker:
         return {"result": reply.result, "error": reply.error, "sim_ns": at}
 
     async def _world_wait(self, timeout_s: float) -> dict[str, Any]:
-        """The agent waits for something to happen: in simulated time, until the next
-        scheduled event (or ``timeout_s``, when given), so the clock jumps there. What
-        happens then reaches the agent as its next messages."""
+        """The agent waits for something to happen: in simulated time, until the world's
+        next scheduled event (or ``timeout_s``, when given), so the clock jumps there.
+        What happens then reaches the agent as its next messages."""
         loop = self.loop
         assert loop is not None
         now = loop.clock.now()
-        nxt = loop.scheduler.next_due_ns()
+        # The world's next event with a time (what follows a condition has none yet).
+        dues = [
+            p.due_ns
+            for p in loop.scheduler.pending()
+            if p.due_ns is not None and p.due_ns > now and any(isinstance(e, WorldEvent) for e in p.spec.effects)
+        ]
+        nxt = min(dues) if dues else None
         until = now + int(timeout_s * 1e9) if timeout_s > 0 else (nxt if nxt is not None else now)
         if nxt is not None:
             until = min(until, nxt)
         loop.apply_action(self.agent.name, "world_wait", {"until_ns": until, "timeout_s": timeout_s})
-        woke = await self.wait(max(until, now))
+        # The HYBRID clock flows meanwhile: an event due by now needs no wait at all.
+        woke = await self.wait(until) if until > loop.clock.now() + 1_000_000 else loop.clock.now()
         return {
             "result": f"waited until {_iso(woke)}; what happened reaches you as messages",
             "error": None,

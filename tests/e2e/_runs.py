@@ -6,10 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import aiodocker
 from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.store import Store
+
+
+async def container_exec(container_id: str, script: str) -> tuple[int, str]:
+    """Run ``sh -c script`` in a container, as a harness's shell would: (exit code, output)."""
+    async with aiodocker.Docker() as docker:
+        c = docker.containers.container(container_id)
+        ex = await c.exec(["sh", "-c", script], stdout=True, stderr=True)
+        out = bytearray()
+        async with ex.start(detach=False) as stream:
+            while (msg := await stream.read_out()) is not None:
+                out += msg.data
+        info = await ex.inspect()
+        return int(info["ExitCode"]), out.decode(errors="replace")
 
 
 async def stored_calls(state: Path, run: str) -> list[dict[str, Any]]:

@@ -19,6 +19,8 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench import start_daemon_process
 
+from ._runs import container_exec
+
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
 FAST = {"max_tokens": 24, "max_steps": 2}
@@ -41,18 +43,6 @@ async def _containers(run_id: str) -> list[Any]:
             all=True, filters=json.dumps({"label": [f"sclate.run={run_id}"]})
         )
         return found
-
-
-async def _exec(container_id: str, script: str) -> tuple[int, str]:
-    async with aiodocker.Docker() as docker:
-        c = docker.containers.container(container_id)
-        ex = await c.exec(["sh", "-c", script], stdout=True, stderr=True)
-        out = bytearray()
-        async with ex.start(detach=False) as stream:
-            while (msg := await stream.read_out()) is not None:
-                out += msg.data
-        info = await ex.inspect()
-        return int(info["ExitCode"]), out.decode(errors="replace")
 
 
 async def _running_container(run_id: str, timeout_s: float = 300) -> str:
@@ -78,9 +68,9 @@ async def _until_first_verdict(stub: pb_grpc.SclateStub, name: str) -> None:
 async def _mark_and_save(stub: pb_grpc.SclateStub, name: str, run_id: str, snapshot_id: str) -> tuple[pb.Snapshot, str]:
     """Write markers into the running sandbox, snapshot it; returns the snapshot and /memory's file list."""
     cid = await _running_container(run_id)
-    code, out = await _exec(cid, f"echo ws-{snapshot_id} > {MARK_WS} && echo mem-{snapshot_id} > {MARK_MEM}")
+    code, out = await container_exec(cid, f"echo ws-{snapshot_id} > {MARK_WS} && echo mem-{snapshot_id} > {MARK_MEM}")
     assert code == 0, out
-    code, memory = await _exec(cid, "cd /memory && find . -type f | sort")
+    code, memory = await container_exec(cid, "cd /memory && find . -type f | sort")
     assert code == 0 and "snapshot-marker.txt" in memory, memory
     snap: pb.Snapshot = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=name, snapshot_id=snapshot_id))
     assert snap.image.startswith(f"sclate-snap:{run_id}-") and snap.journal_length > 0
@@ -89,9 +79,9 @@ async def _mark_and_save(stub: pb_grpc.SclateStub, name: str, run_id: str, snaps
 
 async def _check_files(run_id: str, snapshot_id: str, memory: str) -> None:
     cid = await _running_container(run_id)
-    code, out = await _exec(cid, f"cat {MARK_WS} {MARK_MEM}")
+    code, out = await container_exec(cid, f"cat {MARK_WS} {MARK_MEM}")
     assert code == 0 and out.split() == [f"ws-{snapshot_id}", f"mem-{snapshot_id}"], out
-    code, now = await _exec(cid, "cd /memory && find . -type f | sort")
+    code, now = await container_exec(cid, "cd /memory && find . -type f | sort")
     assert code == 0 and set(memory.split()) <= set(now.split()), (memory, now)
 
 
