@@ -49,6 +49,7 @@ import asyncio
 import codecs
 import contextlib
 import ctypes
+import hashlib
 import logging
 import threading
 import time
@@ -599,7 +600,7 @@ class Engine:
         model = self._require()
         llm, lib = model.llm, model.lib
         n_vocab = model.n_vocab
-        rng = np.random.default_rng(params.seed)
+        rng = np.random.default_rng(params.seed if params.seed is not None else prompt_seed(prompt_ids))
         text = _TextStream(params.stop)
         budget = self.n_ctx - len(prompt_ids)
         if params.max_tokens is not None:
@@ -888,6 +889,15 @@ def _log_softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     shifted = logits - top
     result: npt.NDArray[np.float64] = shifted - np.log(np.sum(np.exp(shifted)))
     return result
+
+
+def prompt_seed(prompt_ids: Sequence[int]) -> int:
+    """The sampling seed of a request that names none: derived from its prompt, so the
+    same prompt gets the same sample and a replayed run the same answers (a memory
+    system's extraction at temperature 0.1 included). A request that wants another
+    sample of the same prompt passes its own ``seed``."""
+    digest = hashlib.blake2b(np.asarray(prompt_ids, dtype=np.int64).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
 
 
 def _sample(logits: npt.NDArray[np.float64], params: SamplingParams, rng: np.random.Generator) -> int:

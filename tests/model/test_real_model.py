@@ -156,6 +156,20 @@ async def test_seeded_sampling_is_reproducible_across_modes(
     assert any(o["choices"][0]["token_ids"] != a["choices"][0]["token_ids"] for o in others)
 
 
+async def test_a_request_without_a_seed_gets_the_same_sample_for_the_same_prompt(
+        server: RunningModelServer, session: aiohttp.ClientSession) -> None:
+    """No seed: it comes from the prompt, so a replayed run gets the same answers, and a
+    different prompt another sample."""
+    body = chat_body(temperature=0.9, top_p=0.95, max_tokens=8, ignore_eos=True, return_token_ids=True)
+    first = await post_json(session, f"{server.url}/v1/chat/completions", body)
+    again = await post_json(session, f"{server.url}/v1/chat/completions", body)
+    assert again["choices"][0]["token_ids"] == first["choices"][0]["token_ids"]
+    seeded = [await post_json(session, f"{server.url}/v1/chat/completions", {**body, "seed": s})
+              for s in (1, 2, 3)]
+    # A request's own seed still picks its sample.
+    assert any(o["choices"][0]["token_ids"] != first["choices"][0]["token_ids"] for o in seeded)
+
+
 async def test_stream_arrives_incrementally(server: RunningModelServer,
                                             session: aiohttp.ClientSession) -> None:
     body = chat_body(max_tokens=48, ignore_eos=True, return_token_ids=True)

@@ -8,7 +8,7 @@ import pytest
 from sclated.errors import InvalidArgument
 from sclated.model import ChatMessage, ChatRenderer, SamplingParams, ToolCall, ToolSpec
 from sclated.model._common import Fields
-from sclated.model._engine import _sample, _TextStream
+from sclated.model._engine import _sample, _TextStream, prompt_seed
 
 SMOL_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -135,3 +135,10 @@ def test_empty_transcript_is_rejected() -> None:
     with pytest.raises(InvalidArgument) as exc:
         ChatRenderer(None).render([])
     assert exc.value.field == "messages"
+
+
+def test_a_prompt_without_a_seed_samples_with_one_of_its_own() -> None:
+    assert prompt_seed([1, 2, 3]) == prompt_seed([1, 2, 3])
+    assert prompt_seed([1, 2, 3]) != prompt_seed([1, 2, 4])
+    assert prompt_seed([1, 2, 3]) != prompt_seed([3, 2, 1])
+    assert 0 <= prompt_seed([]) < 2**64
