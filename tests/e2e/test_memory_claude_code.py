@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from .test_claude_code import FAST, MODEL_LIMITS
-from .test_memory import CAT, RECALL_HEADING, _texts, check_accounting, mem0_store, run_pair
+from .test_memory import CAT, RECALL_HEADING, _texts, check_accounting, mem0_answers, mem0_store, run_pair
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
@@ -54,7 +54,7 @@ async def test_claude_code_with_mem0(tmp_path: Path) -> None:
     # The Stop hook stored the cat session in Mem0's own store, and only after it happened.
     assert any("Biscuit" in m for m in after["messages"]), after
     assert not any("Biscuit" in m for m in before["messages"] + before["memories"]), before
-    assert after["memories"], "Mem0 extracted no memory from the haystack"
+    assert after["memories"], ("Mem0 extracted no memory from the haystack", mem0_answers(got.calls["cat"]))
 
     for key in got.runs:
         turns = got.turns[key]
