@@ -166,12 +166,13 @@ class _Source:
 
 
 PREAMBLE = """\
-You work in a simulated world of apps (email, calendar, messaging, contacts, ...).
+You work for the user in a simulated world of apps (email, calendar, messaging, contacts, ...).
 Reach them with the `are` command in your shell:
   are tools [APP]                          list the apps' tools and their arguments
   are call APP FUNCTION key=value ...      call one (values are JSON when they parse as JSON)
-  are call SystemApp wait_for_notification timeout=300   wait for something to happen
-Answer the user with your final reply (or `are call AgentUserInterface send_message_to_user content=...`).
+When something happens (a reply, a new message), you are told in a follow-up message: do not
+poll. To let time pass until then: are call SystemApp wait_for_notification timeout=300
+When the task is done, answer the user directly in your reply.
 
 """
 """Told to the agent with its first task: unmodified harnesses learn the tools from it."""
