@@ -6,6 +6,7 @@ process: nothing of ARE is doubled here."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -421,3 +422,30 @@ async def test_a_resumed_run_rebuilds_the_world_from_the_journal() -> None:
         (e["event_id"], e["time"], e["tool"], e["failed"]) for e in before
     ]
     assert any(e["event_type"] == "AGENT" for e in after) and any(e["event_type"] == "ENV" for e in after)
+
+
+async def test_a_world_process_that_dies_fails_the_run_naming_it() -> None:
+    """Broken on purpose: the world process is killed mid-run. The run must not succeed."""
+    spec = RunSpec.from_dict(
+        {
+            "benchmark": {"name": "gaia2", "scenario": "sclate_two_turns"},
+            "agent": {"harness": "scripted", "options": {"turn_ms": 300}},
+        }
+    )
+    worker = RunWorker("local/gaia2-killed", spec, default_registry(), NullSink())
+    world = worker.scenario.world
+    assert isinstance(world, Gaia2World)
+
+    async def kill_once_open() -> None:
+        while world.description is None:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+        process = world._process
+        assert process is not None and process._proc is not None
+        process._proc.kill()
+
+    killer = asyncio.create_task(kill_once_open())
+    outcome = await worker.run()
+    await killer
+    assert outcome.state == "FAILED"
+    assert "the Gaia2 world process exited (code -9)" in outcome.reason
