@@ -55,7 +55,17 @@ $(ARE_VENV)/.stamp: adapters/gaia2/requirements-are.txt
 	@$(ARE_VENV)/bin/python -m pip install -q -r adapters/gaia2/requirements-are.txt
 	@touch $@
 
-venv: $(VENV)/.stamp $(ARE_VENV)/.stamp
+# SWE-bench's grading (the swebench package) brings datasets, modal and docker: its own
+# environment too, which the grading process runs in (adapters/swebench/_grading.py).
+SWEBENCH_VENV := .venv-swebench
+$(SWEBENCH_VENV)/.stamp: adapters/swebench/requirements-swebench.txt
+	@echo "[setup] SWE-bench's grading (swebench) in $(SWEBENCH_VENV)"
+	@test -x $(SWEBENCH_VENV)/bin/python || $(PYTHON) -m venv $(SWEBENCH_VENV)
+	@$(SWEBENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	@$(SWEBENCH_VENV)/bin/python -m pip install -q -r adapters/swebench/requirements-swebench.txt
+	@touch $@
+
+venv: $(VENV)/.stamp $(ARE_VENV)/.stamp $(SWEBENCH_VENV)/.stamp
 
 # Sandbox images are built locally (debootstrap base, then layers); content-hashed
 # tags make this a no-op when no recipe changed.
@@ -94,4 +104,4 @@ proto: venv
 	@$(PY) -m sclated.api.protogen
 
 clean:
-	rm -rf $(VENV) $(ARE_VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ARE_VENV) $(SWEBENCH_VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -53,6 +53,9 @@ __all__ = [
     "ScenarioConfig",
     "SeededSessions",
     "SessionSeed",
+    "TaskContainer",
+    "TaskContainers",
+    "TaskEnvironment",
     "ToolReply",
     "TurnResult",
     "Verdict",
@@ -155,6 +158,10 @@ class GradeContext(Protocol):
 
     async def exec_in_workspace(self, command: str, *, timeout_s: float = 120.0) -> tuple[int, str]: ...
 
+    async def export_from_workspace(self, src: str, dest: Path) -> None:
+        """Copy a directory of the agent's filesystem to ``dest`` on the host (see Workspace.export)."""
+        ...
+
     def reply_for(self, round_id: str) -> str | None: ...
 
     async def judge(self, prompt: str) -> JudgeReply:
@@ -225,12 +232,72 @@ class World(Protocol):
     async def close(self) -> None: ...
 
 
+class TaskContainer(Protocol):
+    """One container from a benchmark's own image (a SWE-bench instance's environment):
+    no network, nothing of the agent's; removed by ``close`` (and with its run)."""
+
+    async def exec(self, argv: Sequence[str], *, timeout_s: float = 1800.0) -> ExecOutput:
+        """Run a command; its whole output (stdout then stderr), not a tail. A command past
+        ``timeout_s`` is killed and reported with exit code 124 (coreutils ``timeout``)."""
+        ...
+
+    async def put_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None: ...
+
+    async def copy_out(self, path: str, dest: Path) -> None:
+        """Copy a directory of the container into ``dest`` on the host (made; must not exist)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class TaskContainers(Protocol):
+    """Containers of a benchmark's own images, beside the agent's sandbox, for one run.
+
+    Images are local: an image that is not on the engine is never pulled. A benchmark
+    builds what it can build offline with ``build_image`` (a Dockerfile on one of the
+    daemon's own image recipes).
+    """
+
+    async def image_exists(self, ref: str) -> bool: ...
+
+    async def image_label(self, ref: str, key: str) -> str | None:
+        """A label of a local image (None: no such label, or no such image)."""
+        ...
+
+    async def build_image(
+        self, ref: str, dockerfile: str, *, base_recipe: str, labels: Mapping[str, str] | None = None
+    ) -> None:
+        """Build ``ref`` from ``dockerfile`` (which starts ``ARG BASE_IMAGE`` / ``FROM
+        ${BASE_IMAGE}``) on the daemon's image recipe ``base_recipe``, built first if missing."""
+        ...
+
+    async def open(self, image: str, *, purpose: str) -> TaskContainer:
+        """Start a container of ``image`` (its ``purpose`` goes into the container's name)."""
+        ...
+
+
+class TaskEnvironment(Protocol):
+    """What a benchmark must have ready outside the agent before its events run (SWE-bench's
+    instance images and the repositories the agent works on). The run opens it before it
+    builds the scheduler, again after a daemon restart (so ``open`` is idempotent), and
+    closes it when the run ends."""
+
+    async def open(self, run_dir: Path | None, containers: TaskContainers) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class Scenario(Protocol):
     """A loaded benchmark scenario, ready to be put on a scheduler."""
 
     @property
     def world(self) -> World | None:
         """The scenario's live world, if it has one (None: every effect is the agent's)."""
+        ...
+
+    @property
+    def environment(self) -> TaskEnvironment | None:
+        """What the scenario prepares outside the agent (None: nothing)."""
         ...
 
     @property
@@ -373,6 +440,11 @@ class Workspace(Protocol):
     async def clear(self) -> None:
         """Empty the workspace for a fresh start (a benchmark's new day), keeping only
         the harness's own memory files there (``HarnessDeclaration.workspace_memory``)."""
+        ...
+
+    async def export(self, src: str, dest: Path) -> None:
+        """Copy a directory of the agent's filesystem (``src``, absolute) into ``dest`` on
+        the host (made; must not exist): what grading reads whole (a repository to diff)."""
         ...
 
 

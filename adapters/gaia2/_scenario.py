@@ -326,6 +326,10 @@ class Gaia2Scenario:
         return self._world
 
     @property
+    def environment(self) -> None:
+        return None
+
+    @property
     def start_ns(self) -> int:
         d = self._world.description
         return _ns(float(d["start_time"])) if d is not None else 0

@@ -391,6 +391,10 @@ class LongMemEvalScenario:
     def world(self) -> None:
         return None
 
+    @property
+    def environment(self) -> None:
+        return None
+
     def workspace_seed(self) -> None:
         return None
 

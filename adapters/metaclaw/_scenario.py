@@ -417,6 +417,10 @@ class MetaClawScenario:
     def world(self) -> None:
         return None
 
+    @property
+    def environment(self) -> None:
+        return None
+
     def workspace_seed(self) -> Path | None:
         """Persona files (and checker scripts when present): the workspace root before day one."""
         return self._materialize() / "common"

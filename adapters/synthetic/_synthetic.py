@@ -167,6 +167,10 @@ class SyntheticScenario:
     def world(self) -> None:
         return None
 
+    @property
+    def environment(self) -> None:
+        return None
+
     def workspace_seed(self) -> Path | None:
         return None
 

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from adapters import AgentAdapter, BenchmarkAdapter
+from adapters import AgentAdapter, BenchmarkAdapter, TaskContainers
 from sclated.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from sclated.sandbox import SandboxServices
 
-__all__ = ["AgentEntry", "Registry", "default_registry"]
+__all__ = ["AgentEntry", "Registry", "RunTaskContainers", "TaskContainersFactory", "default_registry"]
+
+
+class RunTaskContainers(TaskContainers, Protocol):
+    """A run's containers of benchmark images, as the run holds them: closed when it ends."""
+
+    async def close(self) -> None:
+        """Remove every container still open."""
+        ...
+
+
+TaskContainersFactory = Callable[[str, str], RunTaskContainers]
+"""A run's containers of benchmark images, from its tenant and run id (needs the engine)."""
 
 AgentFactory = Callable[[Mapping[str, Any], str], AgentAdapter]
 """Makes a run's agent from its options and its memory system (a name ``memory_systems`` lists)."""
@@ -52,6 +65,9 @@ class AgentEntry:
 class Registry:
     benchmarks: dict[str, BenchmarkAdapter] = field(default_factory=dict)
     agents: dict[str, AgentEntry] = field(default_factory=dict)
+    task_containers: TaskContainersFactory | None = None
+    """Containers of a benchmark's own images (SWE-bench's instance environments); None
+    outside a daemon with a sandbox runtime."""
 
     def add_benchmark(self, adapter: BenchmarkAdapter) -> None:
         self.benchmarks[adapter.info.name] = adapter
@@ -95,6 +111,10 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
 
     register_harness_images()
     reg = Registry()
+    if services is not None:
+        from sclated.runs._task_containers import EngineTaskContainers
+
+        reg.task_containers = functools.partial(EngineTaskContainers, services)
     reg.add_benchmark(SyntheticBenchmark())
     reg.add_benchmark(MetaClawBenchmark())
     reg.add_benchmark(LongMemEvalBenchmark())

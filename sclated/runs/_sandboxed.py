@@ -301,6 +301,9 @@ class SandboxedAgent:
     async def seed(self, src: Path, dest: str) -> None:
         await self._live().put_dir(src, dest)
 
+    async def export(self, src: str, dest: Path) -> None:
+        await self._live().get_dir(src, dest)
+
     async def clear(self) -> None:
         keep = " ".join(f"! -name {shlex.quote(name)}" for name in self.declaration.workspace_memory)
         out = await self._live().exec(

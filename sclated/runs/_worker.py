@@ -42,7 +42,7 @@ from sclated.report import Timeline
 from sclated.runs._deliveries import Delivery, DeliveryLog
 from sclated.runs._journal_json import entry_from_json, entry_to_json
 from sclated.runs._loop import RunLoop, RunSummary, Turn
-from sclated.runs._registry import Registry
+from sclated.runs._registry import Registry, RunTaskContainers
 from sclated.runs._spec import RunSpec
 from sclated.scheduler import (
     AgentControl,
@@ -162,6 +162,9 @@ class _GradeContext:
             )
         return await workspace.exec(command, timeout_s=timeout_s)
 
+    async def export_from_workspace(self, src: str, dest: Path) -> None:
+        await self._worker._needs_workspace().export(src, dest)
+
     def reply_for(self, round_id: str) -> str | None:
         return self._worker.replies.get(round_id)
 
@@ -195,6 +198,8 @@ class RunWorker:
         self.judge = judge
         self.scenario = load_scenario(registry, spec)
         self.agent: AgentAdapter = registry.agent(spec.agent.harness).make(spec.agent.options, spec.agent.memory)
+        self._registry = registry
+        self._task_containers: RunTaskContainers | None = None
         self._journal_in = journal
         self.replies: dict[str, str] = {}
         self.verdicts: dict[str, Verdict] = {}
@@ -697,11 +702,13 @@ class RunWorker:
 
     async def run(self) -> RunOutcome:
         try:
+            await self._open_environment()
             await self._open_world()
             loop = self._build()
             await self._rebuild_world(loop)
         except BaseException:
             await self._close_world()
+            await self._close_environment()
             raise
         ledger = loop.ledger
         summary: RunSummary | None = None
@@ -730,6 +737,7 @@ class RunWorker:
                         await asyncio.wait_for(self.agent.stop_session(), 30)
                 await self._release_agent()
             await self._close_world()
+            await self._close_environment()
         assert summary is not None
         results = self.results(summary)
         if self._failure is not None:
@@ -739,6 +747,32 @@ class RunWorker:
         if summary.reason.startswith("failed"):
             return RunOutcome("FAILED", summary.reason, results)
         return RunOutcome("SUCCEEDED", summary.reason, results)
+
+    async def _open_environment(self) -> None:
+        """Have the scenario's task environment ready (SWE-bench's instance images and
+        repositories) before the scheduler is built; again after a daemon restart."""
+        environment = self.scenario.environment
+        if environment is None:
+            return
+        factory = self._registry.task_containers
+        if factory is None:
+            raise FailedPrecondition(
+                f"benchmark {self.spec.benchmark.name!r} needs containers of its own images, "
+                "and this daemon has no sandbox runtime",
+                reason="NO_RUNTIME",
+            )
+        tenant, _, run_id = self.name.partition("/")
+        self._task_containers = factory(tenant, run_id)
+        await environment.open(self.run_dir, self._task_containers)
+
+    async def _close_environment(self) -> None:
+        environment = self.scenario.environment
+        if environment is not None:
+            with contextlib.suppress(Exception):
+                await environment.close()
+        if self._task_containers is not None:
+            with contextlib.suppress(Exception):
+                await self._task_containers.close()
 
     async def _close_world(self) -> None:
         world = self.scenario.world

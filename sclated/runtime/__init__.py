@@ -4,6 +4,7 @@ See docs/architecture.md ("Sandbox control socket") for the contract with the
 rest of the daemon. Nothing here knows gRPC; nothing here blocks the loop.
 """
 
+from sclated.runtime._archives import untar_dir
 from sclated.runtime._bridge import BridgeStats, ModelBridge
 from sclated.runtime._cron import CronEntry, CronExpr, CronFire, CronSource, CronTable, next_fire
 from sclated.runtime._docker import DockerRuntime, hardened_host_config
@@ -16,6 +17,7 @@ from sclated.runtime._images import (
     ImageRecipe,
     NodePackages,
     build_all,
+    build_derived,
     build_image,
     build_images_cli,
     image_ref,
@@ -79,6 +81,7 @@ __all__ = [
     "TimeProbe",
     "VolumeMount",
     "build_all",
+    "build_derived",
     "build_image",
     "build_images_cli",
     "format_frozen",
@@ -96,4 +99,5 @@ __all__ = [
     "restore",
     "run_doctor",
     "snapshot",
+    "untar_dir",
 ]

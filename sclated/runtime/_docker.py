@@ -406,6 +406,17 @@ class DockerRuntime(Runtime):
             raise docker_error(exc, f"image {ref}") from exc
         return True
 
+    async def image_label(self, ref: str, key: str) -> str | None:
+        try:
+            info = await self.docker.images.inspect(ref)
+        except DockerError as exc:
+            if is_not_found(exc):
+                return None
+            raise docker_error(exc, f"image {ref}") from exc
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        value = labels.get(key)
+        return None if value is None else str(value)
+
     async def image_tags(self, pattern: str) -> list[str]:
         filters = json.dumps({"reference": [pattern]})
         try:

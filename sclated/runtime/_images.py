@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -54,6 +55,7 @@ __all__ = [
     "NodePackages",
     "Progress",
     "build_all",
+    "build_derived",
     "build_image",
     "build_images_cli",
     "image_ref",
@@ -799,41 +801,89 @@ async def _build_dockerfile(docker: aiodocker.Docker, recipe: ImageRecipe, tag: 
     try:
         ctx = work / "context.tar"
         await asyncio.to_thread(_write_context, ctx, folder, wheels, extra, node)
-        size = (await asyncio.to_thread(ctx.stat)).st_size
-        say(f"{recipe.name}: sending a {size / 1e6:.1f} MB build context")
-        errors: list[str] = []
+        labels = {"sclate.image": recipe.name, "sclate.recipe": tag}
+        await _post_build(docker, ctx, f"{recipe.name}:{tag}", parent_ref, labels, say)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, work, True)
 
-        def on_item(item: dict[str, Any]) -> None:
-            if "error" in item:
-                errors.append(str(item["error"]))
-            elif "stream" in item:
-                for line in str(item["stream"]).splitlines():
-                    if line.strip():
-                        say(f"  build: {line.rstrip()}")
-            elif item.get("status"):
-                say(f"  build: {item['status']}")
 
+async def _post_build(
+    docker: aiodocker.Docker, ctx: Path, ref: str, parent_ref: str, labels: Mapping[str, str], say: Progress
+) -> None:
+    """The engine's build of a context tar; never pulls (the parent is a local tag)."""
+    size = (await asyncio.to_thread(ctx.stat)).st_size
+    say(f"{ref}: sending a {size / 1e6:.1f} MB build context")
+    errors: list[str] = []
+
+    def on_item(item: dict[str, Any]) -> None:
+        if "error" in item:
+            errors.append(str(item["error"]))
+        elif "stream" in item:
+            for line in str(item["stream"]).splitlines():
+                if line.strip():
+                    say(f"  build: {line.rstrip()}")
+        elif item.get("status"):
+            say(f"  build: {item['status']}")
+
+    try:
+        async with _raw_query(
+            docker,
+            "build",
+            "POST",
+            params={
+                "t": ref,
+                "rm": "1",
+                "forcerm": "1",
+                "pull": "0",
+                "buildargs": json.dumps({"BASE_IMAGE": parent_ref}),
+                "labels": json.dumps(dict(labels)),
+            },
+            data=file_chunks(ctx),
+            headers={"Content-Type": "application/x-tar"},
+        ) as response:
+            await json_lines(response, on_item)
+    except DockerError as exc:
+        raise docker_error(exc, f"building {ref}") from exc
+    if errors:
+        raise FailedPrecondition(f"building {ref} failed: {'; '.join(errors)}")
+
+
+async def build_derived(
+    ref: str,
+    dockerfile: str,
+    *,
+    base_recipe: str,
+    labels: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+) -> None:
+    """Build ``ref`` from a Dockerfile text (``ARG BASE_IMAGE`` / ``FROM ${BASE_IMAGE}``) on
+    the image of the registered recipe ``base_recipe``, which is built first when missing.
+
+    For images a benchmark makes per task (a SWE-bench instance's environment): not
+    content-addressed by this module, so the caller labels what it built from and
+    checks the label before reusing an image of that name.
+    """
+    say = progress or (lambda _line: None)
+    await build_image(base_recipe, say)
+    parent_ref = await image_ref(base_recipe)
+    work = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="sclate-ctx-", dir="/var/tmp"))
+    try:
+        ctx = work / "context.tar"
+
+        def write() -> None:
+            data = dockerfile.encode()
+            with tarfile.open(ctx, "w") as tar:
+                info = tarfile.TarInfo("Dockerfile")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+        await asyncio.to_thread(write)
+        docker = await connect()
         try:
-            async with _raw_query(
-                docker,
-                "build",
-                "POST",
-                params={
-                    "t": f"{recipe.name}:{tag}",
-                    "rm": "1",
-                    "forcerm": "1",
-                    "pull": "0",
-                    "buildargs": f'{{"BASE_IMAGE": "{parent_ref}"}}',
-                    "labels": f'{{"sclate.image": "{recipe.name}", "sclate.recipe": "{tag}"}}',
-                },
-                data=file_chunks(ctx),
-                headers={"Content-Type": "application/x-tar"},
-            ) as response:
-                await json_lines(response, on_item)
-        except DockerError as exc:
-            raise docker_error(exc, f"building {recipe.name}:{tag}") from exc
-        if errors:
-            raise FailedPrecondition(f"building {recipe.name}:{tag} failed: {'; '.join(errors)}")
+            async with _BuildLock():
+                await _post_build(docker, ctx, ref, parent_ref, labels or {}, say)
+        finally:
+            await docker.close()
     finally:
         await asyncio.to_thread(shutil.rmtree, work, True)
 

@@ -110,6 +110,10 @@ class Runtime(abc.ABC):
     async def image_exists(self, ref: str) -> bool: ...
 
     @abc.abstractmethod
+    async def image_label(self, ref: str, key: str) -> str | None:
+        """A label of a local image; None when it has no such label or there is no such image."""
+
+    @abc.abstractmethod
     async def image_tags(self, pattern: str) -> list[str]:
         """``repo:tag`` references matching ``pattern`` (``*`` wildcards, e.g. ``x:run-*``)."""
 

@@ -44,6 +44,7 @@ from sclated.capture import CallRecord, CaptureSink, LeaseHolder
 from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, RuntimeUnavailable, SclateError
 from sclated.model import EmbeddedModel
 from sclated.runtime import (
+    LABEL_ROLE,
     LABEL_RUN,
     LABEL_TENANT,
     DockerRuntime,
@@ -55,6 +56,7 @@ from sclated.runtime import (
     SnapshotInfo,
     image_ref,
     snapshot,
+    untar_dir,
 )
 from sclated.sandbox._control import ControlServer
 from sclated.sandbox._process_probe import PROBE_SCRIPT, ProcessProbe, parse_probe
@@ -355,12 +357,18 @@ class SandboxSession:
             for c in await runtime.list_containers({LABEL_RUN: cfg.run_id})
             if c.labels.get(LABEL_TENANT) == cfg.tenant
         ]
-        if start is SessionStart.ADOPT and existing and existing[0].state in ("running", "paused"):
+        # The run's other containers (a benchmark's task containers) are never the agent's.
+        own = [c for c in existing if c.labels.get(LABEL_ROLE) == spec.role]
+        if start is SessionStart.ADOPT and own and own[0].state in ("running", "paused"):
             # The container outlived the previous daemon process: the workspace
             # and memory are exactly as the agent left them.
-            self._sandbox = await manager.attach(existing[0], spec, self.control_dir)
-            if existing[0].state == "paused":
+            self._sandbox = await manager.attach(own[0], spec, self.control_dir)
+            if own[0].state == "paused":
                 await self._sandbox.unpause()
+            for stale in existing:
+                if stale is not own[0]:
+                    with contextlib.suppress(SclateError):
+                        await runtime.remove(stale.id)
         else:
             for stale in existing:
                 with contextlib.suppress(SclateError):
@@ -511,6 +519,18 @@ class SandboxSession:
             async with self._gate.running():
                 await sandbox.sh(f"mkdir -p {shlex.quote(dest)}", timeout_s=30)
                 await runtime.put_archive(sandbox.id, dest, tar_path)
+
+    async def get_dir(self, src: str, dest: Path) -> None:
+        """Copy a directory of the sandbox (``src``) into ``dest`` on the host (made here)."""
+        sandbox, runtime = self._require(), self._runtime
+        assert runtime is not None
+        if not src.startswith("/"):
+            raise InvalidArgument(f"copy out of the sandbox: {src!r} is not an absolute path", field="src")
+        with tempfile.TemporaryDirectory(prefix="sclate-export-") as tmp:
+            tar_path = Path(tmp) / "export.tar"
+            async with self._gate.running():
+                await runtime.get_archive(sandbox.id, src, tar_path)
+            await asyncio.to_thread(untar_dir, tar_path, dest)
 
     # -- snapshots ---------------------------------------------------------------------------
     async def snapshot(self, dest: Path, *, on_paused: Callable[[], Awaitable[None]] | None = None) -> SnapshotInfo:

@@ -49,6 +49,9 @@ class SeedTaking(InProcessAgent):
     async def clear(self) -> None:
         self.log.append(("clear", None))
 
+    async def export(self, src: str, dest: Path) -> None:
+        self.log.append(("export", src))
+
     async def seed_session(self, seed: SessionSeed) -> None:
         self.log.append(("seed_session", seed))
 
