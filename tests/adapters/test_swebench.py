@@ -97,7 +97,7 @@ def test_a_bad_row_names_the_file_line_and_field(tmp_path: Path, mutate: Any, na
 
 def test_bad_files_are_named(tmp_path: Path) -> None:
     (tmp_path / "x.jsonl").write_text('{"instance_id": 1\n')
-    with pytest.raises(InvalidArgument, match="x.jsonl line 1 is not valid JSON"):
+    with pytest.raises(InvalidArgument, match=r"x\.jsonl line 1 is not valid JSON"):
         read_instances(tmp_path / "x.jsonl")
     (tmp_path / "y.json").write_text('{"a": 1}')
     with pytest.raises(InvalidArgument, match="must be a JSON list"):
@@ -255,7 +255,9 @@ async def test_swebench_makes_the_spec_and_grades_a_passing_log(grader: GraderPr
         (LOG_OK.replace("+ : '>>>>> End Test Output'\n", ""), "no end marker"),
     ],
 )
-async def test_swebench_refuses_what_upstream_refuses(grader: GraderProcess, tmp_path: Path, log: str, why: str) -> None:
+async def test_swebench_refuses_what_upstream_refuses(
+    grader: GraderProcess, tmp_path: Path, log: str, why: str
+) -> None:
     (tmp_path / "log.txt").write_text(log)
     report, _ = await grader.report(graded_row(), "diff --git a/x b/x\n", tmp_path / "log.txt")
     assert report["resolved"] is False, why
