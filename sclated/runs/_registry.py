@@ -104,21 +104,27 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
     from adapters.harnesses import HARNESSES, register_harness_images
     from adapters.longmemeval import LongMemEvalBenchmark
     from adapters.metaclaw import MetaClawBenchmark
+    from adapters.personamem import PersonaMemBenchmark
     from adapters.scripted import ScriptedAgent
+    from adapters.swebench import SWEBenchmark, register_images
     from adapters.synthetic import SyntheticBenchmark
     from sclated import __version__
     from sclated.runs._sandboxed import SANDBOX_CAPABILITIES, sandboxed_factory
 
     register_harness_images()
+    register_images()
     reg = Registry()
     if services is not None:
         from sclated.runs._task_containers import EngineTaskContainers
 
-        reg.task_containers = functools.partial(EngineTaskContainers, services)
+        reg.task_containers = functools.partial(EngineTaskContainers, services.runtime)
     reg.add_benchmark(SyntheticBenchmark())
     reg.add_benchmark(MetaClawBenchmark())
     reg.add_benchmark(LongMemEvalBenchmark())
     reg.add_benchmark(Gaia2Benchmark())
+    reg.add_benchmark(SWEBenchmark("swebench"))
+    reg.add_benchmark(SWEBenchmark("swegym"))
+    reg.add_benchmark(PersonaMemBenchmark())
     for harness in HARNESSES:
         d = harness.declaration
         reg.add_agent(
