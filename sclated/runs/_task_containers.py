@@ -16,16 +16,12 @@ import posixpath
 import secrets
 import tarfile
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from adapters import ExecOutput
 from sclated.errors import FailedPrecondition, InvalidArgument, SclateError
 from sclated.runtime import Limits, Runtime, SandboxSpec, build_derived, untar_dir
-
-if TYPE_CHECKING:
-    from sclated.sandbox import SandboxServices
 
 __all__ = ["TASK_ROLE_PREFIX", "EngineTaskContainers"]
 
@@ -78,15 +74,23 @@ class _Container:
 class EngineTaskContainers:
     """``adapters.TaskContainers`` on the daemon's Docker engine, for one run."""
 
-    def __init__(self, services: SandboxServices, tenant: str, run_id: str, *, limits: Limits | None = None) -> None:
-        self._services = services
+    def __init__(
+        self,
+        runtime: Callable[[], Awaitable[Runtime]],
+        tenant: str,
+        run_id: str,
+        *,
+        limits: Limits | None = None,
+    ) -> None:
+        """``runtime``: the daemon's engine, connected on first use (``SandboxServices.runtime``)."""
+        self._get_runtime = runtime
         self._tenant = tenant
         self._run_id = run_id
         self._limits = limits or Limits()
         self._open: dict[str, _Container] = {}
 
     async def _runtime(self) -> Runtime:
-        return await self._services.runtime()
+        return await self._get_runtime()
 
     async def image_exists(self, ref: str) -> bool:
         return await (await self._runtime()).image_exists(ref)
