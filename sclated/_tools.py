@@ -29,9 +29,11 @@ def _bench(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _images(args: argparse.Namespace, rest: list[str]) -> int:
     from adapters.harnesses import register_harness_images
+    from adapters.swebench import register_images as register_swebench_images
     from sclated.runtime import build_images_cli
 
     register_harness_images()
+    register_swebench_images()
     return build_images_cli(rest)
 
 

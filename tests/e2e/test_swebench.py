@@ -158,7 +158,25 @@ async def test_one_repositorys_arc_with_the_reference_harness(tmp_path: Path) ->
             ]
             assert [f.event_id for f in starts] == [f"swe:{i.instance_id}:start" for i in arc]
             assert starts[0].fired_ns < starts[1].fired_ns
-            assert final.results.scheduler.jumps > 0
+            sched = final.results.scheduler
+            assert sched.jumps > 0 and sched.in_order and sched.out_of_order == 0 and sched.early_deliveries == 0
+            print(
+                "swebench own arc:",
+                json.dumps(
+                    {
+                        "rounds": final.results.rounds,
+                        "rounds_graded": final.results.rounds_graded,
+                        "score": final.results.score,
+                        "events_fired": sched.events_fired,
+                        "in_order": sched.in_order,
+                        "delivery_delay_ms_p50": sched.delivery_delay_ms_p50,
+                        "delivery_delay_ms_max": sched.delivery_delay_ms_max,
+                        "compression_ratio": sched.compression_ratio,
+                        "compression_limit": sched.compression_limit,
+                        "reasons": [v.reason for v in verdicts],
+                    }
+                ),
+            )
             # The grading kept its evidence: the agent's diff and the test log, per instance.
             run_dir = tmp_path / "state" / "runs" / created.name
             for inst in arc:
