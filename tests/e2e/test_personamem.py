@@ -1,5 +1,9 @@
 """PersonaMem for real: a daemon process, the reference harness in its sandbox, the
-embedded model; one context of the ``tiny`` fixture over three simulated days."""
+embedded model; one context of the ``tiny`` fixture over three simulated days.
+
+Two of the context's four questions are asked (``subset``), to keep the test short
+on two shared cores: q5 in the middle of day 2, right after the change of taste,
+and q1 (the latest preference) on day 3. The whole context is still delivered."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from sclated.bench import start_daemon_process
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
 FAST = {"max_tokens": 24, "max_steps": 2}
-Q1, Q2, Q3, Q5 = (f"00000000-0000-4000-8000-00000000000{i}" for i in (1, 2, 3, 5))
+Q1, Q5 = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000005"
 D0 = dt.date(2026, 1, 5)
 
 
@@ -29,7 +33,7 @@ async def test_personamem_tiny_context_on_its_days_every_question_graded(tmp_pat
         async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
             stub = pb_grpc.SclateStub(ch)
             run = pb.Run(
-                benchmark=pb.BenchmarkSpec(name="personamem", scenario="tiny"),
+                benchmark=pb.BenchmarkSpec(name="personamem", scenario="tiny", subset=[Q5, Q1]),
                 agent=pb.AgentSpec(harness="reference"),
             )
             run.benchmark.options.update({"context": "85678287ee"})
@@ -40,9 +44,9 @@ async def test_personamem_tiny_context_on_its_days_every_question_graded(tmp_pat
             assert final.state == pb.SUCCEEDED, final.state_reason
             r = final.results
             # Every question graded by upstream's rule: right or wrong, the tiny model may err.
-            assert r.rounds == r.rounds_graded == 4
+            assert r.rounds == r.rounds_graded == 2
             verdicts = {e.verdict.round_id: e.verdict for e in events if e.WhichOneof("kind") == "verdict"}
-            assert sorted(verdicts) == sorted([Q1, Q2, Q3, Q5])
+            assert sorted(verdicts) == sorted([Q1, Q5])
             assert all(v.graded and v.score in (0.0, 1.0) and ", correct (" in v.reason for v in verdicts.values())
             assert {x.round_id: x.kind for x in r.round_scores}[Q1] == "acknowledge_latest_preferences"
 
@@ -61,8 +65,6 @@ async def test_personamem_tiny_context_on_its_days_every_question_graded(tmp_pat
                 (f"pm:85678287:q:{Q5}", day[1]),  # right after the change of taste, same day
                 ("pm:85678287:b02:t0", day[2]),
                 (f"pm:85678287:q:{Q1}", day[2]),
-                (f"pm:85678287:q:{Q2}", day[2]),
-                (f"pm:85678287:q:{Q3}", day[2]),
             ]
             assert all(at.time() >= dt.time(9, 0) for _, at in fires)
             assert [at for _, at in fires] == sorted(at for _, at in fires)
@@ -82,7 +84,7 @@ async def test_personamem_tiny_context_on_its_days_every_question_graded(tmp_pat
             s = r.scheduler
             assert s.events_fired == s.events_scheduled and s.in_order and s.jumps > 0
             # Each message checked against the harness's own (simulated) clock.
-            assert s.deliveries == s.deliveries_checked == 9
+            assert s.deliveries == s.deliveries_checked == 7
             assert s.out_of_order == 0 and s.early_deliveries == 0 and s.negative_delays == 0
             assert 0 <= s.delivery_delay_ms_min <= s.delivery_delay_ms_max < 5_000
             print(
