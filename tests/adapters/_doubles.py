@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,11 @@ class DoubleGradeContext:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
         assert proc.returncode is not None
         return proc.returncode, out.decode(errors="replace")
+
+    async def export_from_workspace(self, src: str, dest: Path) -> None:
+        """``src`` is read relative to the local workspace (``/workspace`` is its root)."""
+        relative = src.removeprefix("/workspace").lstrip("/")
+        await asyncio.to_thread(shutil.copytree, self.workspace / relative, dest, symlinks=True)
 
     def reply_for(self, round_id: str) -> str | None:
         return self.replies.get(round_id)
