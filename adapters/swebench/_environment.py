@@ -94,6 +94,9 @@ def _own_dockerfile(inst: SWEInstance) -> str:
         f' && test "$(git rev-parse HEAD)" = {base} \\\n'
         ' && test "$(git rev-list --all | wc -l)" = "$(git rev-list HEAD | wc -l)"\n'
         "WORKDIR /testbed\n"
+        "# As if installed in develop mode (upstream's images pip install -e the repository):\n"
+        "# plain `pytest` imports the package from the checkout.\n"
+        "ENV PYTHONPATH=/testbed\n"
     )
 
 

@@ -13,7 +13,7 @@ whichever is later.
 Event ids (``<i>`` is the instance id)::
 
     swe:<i>:start   At(slot)                 AgentControl(start): fresh workspace, repository seeded
-    swe:<i>:issue   After(start)             DeliverPrompt(issue, round_id=<i>)
+    swe:<i>:issue   When(session started)    DeliverPrompt(issue, round_id=<i>)
     swe:<i>:grade   When(turn ended)         Grade(<i>)
     swe:<i>:stop    When(graded)             AgentControl(stop)
     swe:end         After(last stop)         StopRun
@@ -104,6 +104,19 @@ def _ended(round_id: str) -> Callable[[Snapshot], bool]:
     return lambda snap: _turn_ended(snap, round_id)
 
 
+def _session_ready(start_id: str) -> Callable[[Snapshot], bool]:
+    """The start fired and its control is done (the repository is in the workspace):
+    the issue is due then, so seeding the workspace is not counted as delivery delay."""
+
+    def ready(snap: Snapshot) -> bool:
+        return snap.fired_at(start_id) is not None and any(
+            a.kind == "session_started" and a.actor == "agent" and a.data.get("event_id") == start_id
+            for a in snap.actions
+        )
+
+    return ready
+
+
 def _graded(check_id: str) -> Callable[[Snapshot], bool]:
     return lambda snap: check_id in snap.grades
 
@@ -151,7 +164,7 @@ class SWESource:
                 out,
                 EventSpec(
                     issue,
-                    After((start,)),
+                    When(_session_ready(start), f"{iid}'s repository is in the workspace"),
                     (DeliverPrompt(issue_prompt(inst, dest, slot, hints=sc.hints), session=iid, round_id=iid),),
                     data={"session": iid, "round_id": iid, "phase": "issue"},
                 ),

@@ -105,6 +105,22 @@ async def test_gold_patches_resolve_every_own_instance_and_the_empty_patch_none(
         finally:
             await scenario.environment.close()
     print("gold/empty scores:", json.dumps(results))
+    # SWE-Gym's layout (no eval script, log parser or image in the rows): the eval
+    # script is made here, as swebench 4.x made them, and grades the same way.
+    gym = SWEBenchmark("swegym").load(ScenarioConfig(scenario="own", options={"repo": "sclate/tinyini"}))
+    assert isinstance(gym, SWEScenario) and all("eval_script" not in i.raw for i in gym.instances)
+    await gym.environment.open(tmp_path / "gym", containers)
+    try:
+        for inst in gym.instances:
+            checkout = gym.environment.prepared[inst.instance_id].checkout
+            gold = _worktree(checkout, tmp_path / f"gym-{inst.instance_id}-gold", inst.patch)
+            empty = _worktree(checkout, tmp_path / f"gym-{inst.instance_id}-empty", None)
+            won = await gym.grade(Grade(inst.instance_id), HostWorkspaceContext(gold))
+            lost = await gym.grade(Grade(inst.instance_id), HostWorkspaceContext(empty))
+            assert (won.score, lost.score) == (1.0, 0.0), (inst.instance_id, won.reason, lost.reason)
+            assert sorted(lost.details["tests_status"]["FAIL_TO_PASS"]["failure"]) == sorted(inst.fail_to_pass)
+    finally:
+        await gym.environment.close()
     # A change that fixes nothing applies, runs the tests and stays unresolved.
     inst = instances[0]
     scenario = bench.load(ScenarioConfig(scenario="own", subset=(inst.instance_id,)))
@@ -149,15 +165,9 @@ async def test_one_repositorys_arc_with_the_reference_harness(tmp_path: Path) ->
             assert [v.round_id for v in verdicts] == [i.instance_id for i in arc]
             assert all(v.graded and v.reason.startswith(("resolved", "not resolved")) for v in verdicts)
             # Each instance's session started on its own working-day slot, in order.
-            starts = [
-                e.fire
-                for e in events
-                if e.WhichOneof("kind") == "fire"
-                and e.fire.event_id.startswith("swe:")
-                and e.fire.event_id.endswith(":start")
-            ]
-            assert [f.event_id for f in starts] == [f"swe:{i.instance_id}:start" for i in arc]
-            assert starts[0].fired_ns < starts[1].fired_ns
+            starts = [e for e in events if e.WhichOneof("kind") == "fire" and e.fire.event_id.endswith(":start")]
+            assert [e.fire.event_id for e in starts] == [f"swe:{i.instance_id}:start" for i in arc]
+            assert starts[0].sim_time.ToNanoseconds() < starts[1].sim_time.ToNanoseconds()
             sched = final.results.scheduler
             assert sched.jumps > 0 and sched.in_order and sched.out_of_order == 0 and sched.early_deliveries == 0
             print(
@@ -178,7 +188,7 @@ async def test_one_repositorys_arc_with_the_reference_harness(tmp_path: Path) ->
                 ),
             )
             # The grading kept its evidence: the agent's diff and the test log, per instance.
-            run_dir = tmp_path / "state" / "runs" / created.name
+            (run_dir,) = (tmp_path / "state" / "runs").glob(f"*/{created.name.rsplit('/', 1)[-1]}")
             for inst in arc:
                 assert (run_dir / "swebench" / inst.instance_id / "test_output.txt").is_file()
                 assert (run_dir / "swebench" / inst.instance_id / "patch.diff").is_file()
