@@ -133,6 +133,26 @@ async def test_gold_patches_resolve_every_own_instance_and_the_empty_patch_none(
     assert verdict.score == 0.0 and verdict.details["patch_applied"] is True, verdict.reason
     assert verdict.reason.startswith("not resolved: FAIL_TO_PASS failing"), verdict.reason
     assert verdict.details["files_changed"] == [str(target.relative_to(wrong))]
+    # An upstream instance (not one the project can build) takes the image the run's map names.
+    row = {**inst.raw, "instance_id": "acme__ledger-1", "repo": "acme/ledger", "image": "acme/none:1"}
+    (tmp_path / "upstream").mkdir()
+    (tmp_path / "upstream" / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    async with aiodocker.Docker() as docker:
+        await docker.images.tag(
+            scenario.environment.prepared[inst.instance_id].image, "sclate-test/mapped-env", tag="1"
+        )
+    try:
+        (tmp_path / "images.json").write_text(json.dumps({"acme__ledger-1": "sclate-test/mapped-env:1"}))
+        mapped = SWEBenchmark("swebench").load(
+            ScenarioConfig(data_dir=tmp_path / "upstream", options={"images": str(tmp_path / "images.json")})
+        )
+        assert isinstance(mapped, SWEScenario)
+        await mapped.environment.open(tmp_path / "mapped", containers)
+        prepared = mapped.environment.prepared["acme__ledger-1"]
+        assert prepared.image == "sclate-test/mapped-env:1" and (prepared.checkout / ".git").is_dir()
+    finally:
+        async with aiodocker.Docker() as docker:
+            await docker.images.delete("sclate-test/mapped-env:1")
     async with aiodocker.Docker() as docker:
         left = await docker.containers.list(all=True, filters=json.dumps({"label": ["sclate.run=swe-gold"]}))
     assert not left, "grading left containers behind"
@@ -192,6 +212,23 @@ async def test_one_repositorys_arc_with_the_reference_harness(tmp_path: Path) ->
             for inst in arc:
                 assert (run_dir / "swebench" / inst.instance_id / "test_output.txt").is_file()
                 assert (run_dir / "swebench" / inst.instance_id / "patch.diff").is_file()
+            # Upstream data whose environment image is not on the engine: the run fails
+            # before its first event, naming the instance and how to provide the image.
+            row = {**arc[0].raw, "instance_id": "acme__ledger-1", "repo": "acme/ledger", "image": "acme/none:1"}
+            data = tmp_path / "upstream"
+            data.mkdir()
+            (data / "rows.jsonl").write_text(json.dumps(row) + "\n")
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="swebench", data_dir=str(data)),
+                agent=pb.AgentSpec(harness="reference"),
+            )
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run))
+            async for _ in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
+                pass
+            failed = await stub.GetRun(pb.GetRunRequest(name=created.name))
+            assert failed.state == pb.FAILED
+            assert "instance acme__ledger-1 has no environment image" in failed.state_reason
+            assert "images=FILE" in failed.state_reason
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
