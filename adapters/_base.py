@@ -417,6 +417,9 @@ class AgentEnvironment:
     """The NAME of the daemon's environment variable holding the endpoint's key ("": none)."""
     model_skip_token_ids: bool = False
     """The endpoint refuses token-id request fields: the capture asks for none."""
+    model_sampling_seed: int | None = None
+    """Each model call samples with a seed derived from this and its request (a branch
+    group's runs each have their own); None: the endpoint's own sampling."""
     world: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
     """The scenario's world (Gaia2's apps) for the sandbox's ``are`` command: a request
     ``{"op": "tools"}`` or ``{"op": "call", "app", "function", "args"}``. None: the

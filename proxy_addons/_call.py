@@ -57,11 +57,14 @@ class Call:
         roles: Collection[str] = (),
         run_model: str = "",
         output_bound: int = 0,
+        sampling_seed: int | None = None,
+        seed_apis: Collection[str] = (),
     ) -> bytes:
         """Note the request body; returns the body to forward (with the token
         flags when ``request_tokens``; an output bound of ``output_bound`` tokens
         when the call sets none; a role's model name replaced by ``run_model``,
-        the call then attributed to that role)."""
+        the call then attributed to that role; a seed derived from
+        ``sampling_seed`` when the call sets none and its API is one of ``seed_apis``)."""
         self.body_hash = hashlib.sha256(raw).hexdigest()
         body = _sse.json_or_none(raw.decode("utf-8", "replace")) if raw else None
         if not self.thread:
@@ -79,6 +82,10 @@ class Call:
         if request_tokens or output_bound:
             forward, added = _tokens.with_token_flags(self.api, forward, body, output_bound, token_flags=request_tokens)
             self.injected.extend(added)
+        if sampling_seed is not None and self.api in seed_apis:
+            forward, seeded = _tokens.with_seed(forward, body, _tokens.call_seed(sampling_seed, self.body_hash))
+            if seeded:
+                self.injected.append("seed")
         self.request_body = body if body is not None or not raw else raw.decode("utf-8", "replace")
         return forward
 

@@ -3,6 +3,7 @@ taking them out of a response exactly as the server returned them (nothing
 is ever re-tokenized: a response without ids yields None)."""
 
 import dataclasses
+import hashlib
 import json
 from typing import Any
 
@@ -177,3 +178,21 @@ def with_token_flags(
     if spliced is None:
         spliced = json.dumps(body, ensure_ascii=False).encode()
     return spliced, added
+
+
+def call_seed(sampling_seed: int, body_hash: str) -> int:
+    """A call's seed: the run's sampling seed mixed with the request body, so a replayed
+    call samples the same and two runs of a branch group (their own seeds) differently.
+    31 bits: every server takes it."""
+    digest = hashlib.sha256(f"{sampling_seed}:{body_hash}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def with_seed(raw: bytes, body: Any, seed: int) -> tuple[bytes, bool]:
+    """``raw`` with ``seed`` put in when the request sets none (``body`` is ``raw``
+    parsed; it gets the key too); whether it was added."""
+    if not isinstance(body, dict) or "seed" in body:
+        return raw, False
+    body["seed"] = seed
+    spliced = add_fields(raw, {"seed": seed})
+    return (spliced if spliced is not None else json.dumps(body, ensure_ascii=False).encode()), True

@@ -41,6 +41,11 @@ recorded in ``injected`` (Codex sends none and has no setting for one).
 A call asking for model ``sclate-role-<role>`` is attributed to that role and
 forwarded asking for the run's model (``sclate_run_model``).
 
+``SCLATE_SAMPLING_SEED=N`` (a run's sampling seed, set by sclated for the runs of a
+branch group) gives a call that sets no ``seed`` one derived from N and its body, on
+the APIs ``SCLATE_SEED_APIS`` lists (``openai_chat,...``; an endpoint that refuses
+the field is left out); the key is recorded in ``injected``.
+
 No threads, ever (no ``asyncio.to_thread`` either): under libfaketime (every
 sandbox) a second Python thread makes the GIL hand-off spin (measured: +120 ms
 of CPU and +87 ms per call back to back).
@@ -184,6 +189,9 @@ class SclateCapture:
         self.socket_path = path
         self.spool = Spool(o.sclate_spool or env.get("SCLATE_SPOOL", "") or DEFAULT_SPOOL)
         self.request_tokens = bool(o.sclate_request_tokens) and env.get("SCLATE_REQUEST_TOKENS", "1") != "0"
+        seed = env.get("SCLATE_SAMPLING_SEED", "").strip()
+        self.sampling_seed: int | None = int(seed) if seed.isdigit() else None
+        self.seed_apis = frozenset(a for a in env.get("SCLATE_SEED_APIS", "").split(",") if a)
         self.retry_interval_s = float(o.sclate_retry_interval)
 
     def running(self) -> None:
@@ -261,7 +269,15 @@ class SclateCapture:
         if call is None:
             return
         raw = flow.request.content or b""
-        forward = call.read_request(raw, self.request_tokens, self.role_names, self.run_model, self.output_bound)
+        forward = call.read_request(
+            raw,
+            self.request_tokens,
+            self.role_names,
+            self.run_model,
+            self.output_bound,
+            self.sampling_seed,
+            self.seed_apis,
+        )
         if forward is not raw:
             flow.request.content = forward
         call.retry_of = self._failed.get((call.thread, call.body_hash))

@@ -68,6 +68,7 @@ def run_spec_from_proto(run: pb.Run) -> RunSpec:
                     "model": a.model.model,
                     "api_key_env": a.model.api_key_env,
                     "skip_token_ids": a.model.skip_token_ids,
+                    "sampling_seed": a.model.sampling_seed if a.model.HasField("sampling_seed") else None,
                 },
                 "resources": {
                     "memory_bytes": a.resources.memory_bytes,
@@ -208,7 +209,11 @@ def run_to_proto(view: RunView) -> pb.Run:
         state_reason=view.reason,
         last_event_seq=view.last_event_seq,
         parent=view.parent,
+        group=spec.group,
+        group_index=spec.group_index,
     )
+    if a.model.sampling_seed is not None:
+        run.agent.model.sampling_seed = a.model.sampling_seed
     if b.options:
         run.benchmark.options.update(dict(b.options))
     if a.options:

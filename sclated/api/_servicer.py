@@ -107,6 +107,24 @@ class SclateServicer(pb_grpc.SclateServicer):
         )
         return run_to_proto(view)
 
+    async def BranchRun(self, request: pb.BranchRunRequest, context: grpc.aio.ServicerContext) -> pb.BranchRunResponse:
+        group, views = await self._runs.branch(
+            current_tenant.get(),
+            request.snapshot,
+            request.count,
+            group_id=request.group_id,
+            labels=dict(request.labels),
+            seeds=list(request.sampling_seeds),
+            request_id=request.request_id,
+        )
+        return pb.BranchRunResponse(group=group, runs=[run_to_proto(v) for v in views])
+
+    async def WatchGroup(
+        self, request: pb.WatchGroupRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.RunEvent]:
+        async for ev in self._runs.watch_group(current_tenant.get(), request.group):
+            yield event_to_proto(ev, f"runs/{ev.run.partition('/')[2]}")
+
     async def ListSnapshots(
         self, request: pb.ListSnapshotsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListSnapshotsResponse:

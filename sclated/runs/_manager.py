@@ -61,6 +61,7 @@ TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING"})
 STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "INTERRUPTED")
 MAX_PAGE_SIZE = 1000
+MAX_BRANCHES = 64
 DEFAULT_PAGE_SIZE = 50
 
 
@@ -126,6 +127,12 @@ class _Live:
         return self.row.name
 
 
+def branch_seed(group_id: str, index: int) -> int:
+    """Run ``index`` of a group's sampling seed when the request names none: stable for
+    the group (a replay or a resumed branch samples the same), different per run."""
+    return int.from_bytes(hashlib.sha256(f"{group_id}\0{index}".encode()).digest()[:8], "big") >> 1
+
+
 def _key(tenant: str, run_id: str) -> str:
     return f"{tenant}/{run_id}"
 
@@ -163,11 +170,12 @@ class _Filter:
     benchmark: str | None = None
     harness: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    group: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> _Filter:
         states: list[str] = []
-        benchmark = harness = None
+        benchmark = harness = group = None
         labels: list[tuple[str, str]] = []
         text = text.strip()
         if not text:
@@ -185,16 +193,18 @@ class _Filter:
                 benchmark = value
             elif key == "harness":
                 harness = value
+            elif key == "group":
+                group = value
             elif key.startswith("labels.") and len(key) > 7:
                 labels.append((key[7:], value))
             else:
                 raise InvalidArgument(
-                    f"filter: unknown field {key!r} (state, benchmark, harness, labels.KEY)",
+                    f"filter: unknown field {key!r} (state, benchmark, harness, group, labels.KEY)",
                     field="filter",
                 )
         if len(states) > 1:
             raise InvalidArgument("filter: at most one state term", field="filter")
-        return cls(tuple(states), benchmark, harness, tuple(labels))
+        return cls(tuple(states), benchmark, harness, tuple(labels), group)
 
     def matches(self, row: RunRow) -> bool:
         if self.states and row.state not in self.states:
@@ -202,6 +212,8 @@ class _Filter:
         if self.benchmark is not None and row.spec["benchmark"]["name"] != self.benchmark:
             return False
         if self.harness is not None and row.spec["agent"]["harness"] != self.harness:
+            return False
+        if self.group is not None and (row.spec.get("group") or {}).get("id") != self.group:
             return False
         row_labels = row.spec.get("labels", {})
         return all(row_labels.get(k) == v for k, v in self.labels)
@@ -573,6 +585,155 @@ class RunManager:
                 live = _Live(row, row.last_event_seq + 1, resume=True)
                 await self._enqueue(live)
         return _view(live.row)
+
+    async def branch(
+        self,
+        tenant: str,
+        snapshot_name: str,
+        count: int,
+        *,
+        group_id: str = "",
+        labels: Mapping[str, str] | None = None,
+        seeds: Sequence[int] = (),
+        request_id: str = "",
+    ) -> tuple[str, list[RunView]]:
+        """K runs from one snapshot as one group (``{group}-0`` .. ``{group}-{K-1}``).
+
+        Everything is checked before anything is stored (the snapshot, the run ids, the
+        tenant's quota for all K). Each run is stored in a transaction of its own; a
+        request repeated with the same ``request_id`` (after a crash in between, say)
+        returns the runs that exist and creates the missing ones, so a group is never
+        left half-made by a retry.
+        """
+        validate_tenant(tenant)
+        if not 1 <= count <= MAX_BRANCHES:
+            raise InvalidArgument(f"count must be in 1..{MAX_BRANCHES}, got {count}", field="count")
+        if len(request_id) > 128:
+            raise InvalidArgument("request_id is longer than 128 characters", field="request_id")
+        if seeds and len(seeds) != count:
+            raise InvalidArgument(
+                f"{len(seeds)} sampling_seeds for {count} runs: give one per run or none", field="sampling_seeds"
+            )
+        for i, seed in enumerate(seeds):
+            if not 0 <= seed < 2**63:
+                raise InvalidArgument(f"sampling_seeds[{i}] must be in [0, 2^63)", field="sampling_seeds")
+        if not group_id:
+            digest = hashlib.sha256(f"{tenant}\0{request_id}".encode()).hexdigest() if request_id else uuid.uuid4().hex
+            group_id = f"g-{digest[:12]}"
+        if len(group_id) > 56:
+            raise InvalidArgument("group_id is longer than 56 characters", field="group_id")
+        validate_run_id(group_id, "group_id")
+        plan = await self.snapshots.plan(tenant, snapshot_name, labels)
+        if not self._accepting:
+            raise Unavailable("the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN")
+        base = plan.spec
+        specs = [
+            dataclasses.replace(
+                base,
+                group=group_id,
+                group_index=i,
+                agent=dataclasses.replace(
+                    base.agent,
+                    model=dataclasses.replace(
+                        base.agent.model, sampling_seed=seeds[i] if seeds else branch_seed(group_id, i)
+                    ),
+                ),
+            )
+            for i in range(count)
+        ]
+        parent = f"runs/{_run_id_of(plan.source_key)}"
+        keys = [_key(tenant, f"{group_id}-{i}") for i in range(count)]
+        hashes = [
+            hashlib.sha256(
+                json.dumps([spec.to_dict(), key, parent, snapshot_name, request_id], sort_keys=True).encode()
+            ).hexdigest()
+            for spec, key in zip(specs, keys, strict=True)
+        ]
+        locks = [self._key_lock(k) for k in keys]
+        async with contextlib.AsyncExitStack() as stack:
+            for lock in locks:
+                await stack.enter_async_context(lock)
+            existing: dict[int, RunRow] = {}
+            for i, key in enumerate(keys):
+                row = await self._row(key)
+                if row is None:
+                    continue
+                if not request_id or row.request_hash != hashes[i]:
+                    raise AlreadyExists(
+                        f"run runs/{_run_id_of(key)} already exists: pick another group_id", field="group_id"
+                    )
+                existing[i] = row
+            missing = [i for i in range(count) if i not in existing]
+            active = sum(1 for lv in self._live.values() if lv.row.tenant == tenant and not lv.finished)
+            if missing and active + len(missing) > self.config.tenant_max_active:
+                raise ResourceExhausted(
+                    f"tenant {tenant!r} has {active} pending or running runs; {len(missing)} more exceed its "
+                    f"quota of {self.config.tenant_max_active}",
+                    reason="TENANT_QUOTA",
+                )
+            if missing:
+                await self._validate(specs[0])
+            now = time.time_ns()
+            for i in missing:
+                row = self._new_row(
+                    keys[i],
+                    tenant,
+                    specs[i],
+                    parent=parent,
+                    request_hash=hashes[i],
+                    reason=f"branch {i} of group {group_id} from {snapshot_name}; waiting for admission",
+                    sim_ns=plan.sim_ns,
+                    last_event_seq=1,
+                )
+                await self._persist_restore(row, plan, insert=True, now=now)
+                live = _Live(row, 2, resume=True)
+                await self._enqueue(live)
+                existing[i] = live.row
+        return group_id, [_view(existing[i]) for i in range(count)]
+
+    async def group_runs(self, tenant: str, group_id: str) -> list[RunView]:
+        """The runs of a group, by index (NotFound when it has none)."""
+        validate_run_id(group_id, "group")
+        views: list[RunView] = []
+        token = ""
+        while True:
+            page, token = await self.list(tenant, page_size=MAX_PAGE_SIZE, page_token=token, filter=f"group={group_id}")
+            views.extend(page)
+            if not token:
+                break
+        if not views:
+            raise NotFound(f"no run of group {group_id!r}", field="group")
+        return sorted(views, key=lambda v: v.spec.group_index)
+
+    async def watch_group(self, tenant: str, group_id: str) -> AsyncIterator[EventRow]:
+        """Every run of the group's events, each run's in order; ends when all have ended."""
+        views = await self.group_runs(tenant, group_id)
+        queue: asyncio.Queue[EventRow | None] = asyncio.Queue(maxsize=1024)
+
+        async def pump(name: str) -> None:
+            try:
+                async for ev in self.watch(tenant, name):
+                    await queue.put(ev)
+            finally:
+                await queue.put(None)
+
+        tasks = [asyncio.create_task(pump(v.name), name=f"watch-group:{v.name}") for v in views]
+        try:
+            open_streams = len(tasks)
+            while open_streams:
+                ev = await queue.get()
+                if ev is None:
+                    open_streams -= 1
+                    continue
+                yield ev
+            for task in tasks:
+                await task  # a watch that failed raises here
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     async def _persist_restore(self, row: RunRow, plan: RestorePlan, *, insert: bool, now: int) -> None:
         """The run at the snapshot, in one transaction: its row, journal, calls and restore marker."""

@@ -169,6 +169,7 @@ class SandboxedAgent:
             model_name=env.model_name,
             model_api_key_env=env.model_api_key_env,
             model_skip_token_ids=env.model_skip_token_ids,
+            model_sampling_seed=env.model_sampling_seed,
             limits=Limits(
                 memory_bytes=r.memory_bytes or 2 * 1024**3,
                 nano_cpus=int((r.cpus or 1.0) * 1e9),

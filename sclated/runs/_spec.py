@@ -85,6 +85,8 @@ class ModelRef:
     """The NAME of the daemon's environment variable holding the endpoint's key."""
     skip_token_ids: bool = False
     """The endpoint refuses token-id request fields (a hosted API)."""
+    sampling_seed: int | None = None
+    """Each call samples with a seed derived from this and its request (None: the endpoint's own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,9 @@ class RunSpec:
     agent: AgentRef
     clock: ClockRef = field(default_factory=ClockRef)
     labels: Mapping[str, str] = field(default_factory=dict)
+    group: str = ""
+    """The branch group this run belongs to (``BranchRun``); set by the daemon, never by a request."""
+    group_index: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         b, a, c = self.benchmark, self.agent, self.clock
@@ -136,6 +141,7 @@ class RunSpec:
                     "model": a.model.model,
                     "api_key_env": a.model.api_key_env,
                     "skip_token_ids": a.model.skip_token_ids,
+                    "sampling_seed": a.model.sampling_seed,
                 },
                 "resources": {
                     "memory_bytes": a.resources.memory_bytes,
@@ -146,6 +152,7 @@ class RunSpec:
             },
             "clock": {"mode": c.mode.value, "start_ns": c.start_ns, "rate": c.rate},
             "labels": dict(self.labels),
+            **({"group": {"id": self.group, "index": self.group_index}} if self.group else {}),
         }
 
     @classmethod
@@ -202,6 +209,19 @@ class RunSpec:
             raise InvalidArgument(
                 "run.agent.model.skip_token_ids must be true or false", field="run.agent.model.skip_token_ids"
             )
+        seed = m.get("sampling_seed")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63):
+            raise InvalidArgument(
+                f"run.agent.model.sampling_seed must be an integer in [0, 2^63), got {seed!r}",
+                field="run.agent.model.sampling_seed",
+            )
+        group_raw = d.get("group") or {}
+        if not isinstance(group_raw, Mapping):
+            raise InvalidArgument("run.group must be an object", field="run.group")
+        group = _text(group_raw.get("id", ""), "run.group.id", limit=64)
+        group_index = group_raw.get("index", 0)
+        if not isinstance(group_index, int) or isinstance(group_index, bool) or group_index < 0:
+            raise InvalidArgument("run.group.index must be a non-negative integer", field="run.group.index")
         r = a.get("resources") or {}
         resources = Resources(
             memory_bytes=_nonneg_int(r.get("memory_bytes", 0), "run.agent.resources.memory_bytes"),
@@ -253,12 +273,15 @@ class RunSpec:
                     model=_text(m.get("model", ""), "run.agent.model.model", limit=256),
                     api_key_env=key_env,
                     skip_token_ids=skip_token_ids,
+                    sampling_seed=seed,
                 ),
                 resources=resources,
                 options=_options(a.get("options"), "run.agent.options"),
             ),
             clock=ClockRef(mode=mode, start_ns=start_ns, rate=float(rate)),
             labels=dict(labels),
+            group=group,
+            group_index=group_index,
         )
 
 

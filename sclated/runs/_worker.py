@@ -691,6 +691,7 @@ class RunWorker:
             model_name=m.model,
             model_api_key_env=m.api_key_env,
             model_skip_token_ids=m.skip_token_ids,
+            model_sampling_seed=m.sampling_seed,
             resources=self.spec.agent.resources,
             workspace_seed=self.scenario.workspace_seed(),
             resume=bool(self._journal_in),

@@ -71,7 +71,20 @@ def endpoints_for(run_id: str, secret: str, model: str, path_prefix: str = "") -
     )
 
 
-def upstream_env(root: Path, key_env: str, skip_token_ids: bool, environ: Mapping[str, str]) -> dict[str, str]:
+SEED_APIS_EMBEDDED = ("openai_chat", "openai_completions", "openai_responses", "anthropic_messages")
+"""The embedded model reads ``seed`` on every API it serves."""
+SEED_APIS_EXTERNAL = ("openai_chat", "openai_completions")
+"""What OpenAI-compatible servers (vLLM, SGLang, OpenAI) take a ``seed`` on; Anthropic's API refuses one."""
+
+
+def upstream_env(
+    root: Path,
+    key_env: str,
+    skip_token_ids: bool,
+    environ: Mapping[str, str],
+    sampling_seed: int | None = None,
+    embedded: bool = True,
+) -> dict[str, str]:
     """The capture proxy's view of a run's endpoint, as container environment.
 
     The key (from the daemon's variable ``key_env``) goes into a file in the run's
@@ -83,6 +96,9 @@ def upstream_env(root: Path, key_env: str, skip_token_ids: bool, environ: Mappin
     env: dict[str, str] = {}
     if skip_token_ids:
         env["SCLATE_REQUEST_TOKENS"] = "0"
+    if sampling_seed is not None:
+        env["SCLATE_SAMPLING_SEED"] = str(sampling_seed)
+        env["SCLATE_SEED_APIS"] = ",".join(SEED_APIS_EMBEDDED if embedded else SEED_APIS_EXTERNAL)
     key_file = root / UPSTREAM_KEY_FILE
     if not key_env:
         key_file.unlink(missing_ok=True)

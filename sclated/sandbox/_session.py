@@ -189,6 +189,8 @@ class SessionConfig:
     model_api_key_env: str = ""
     """The NAME of the daemon's environment variable with the endpoint's key."""
     model_skip_token_ids: bool = False
+    model_sampling_seed: int | None = None
+    """Each call's seed is derived from this (a branch group's runs each have their own)."""
 
 
 class _Channel:
@@ -334,7 +336,13 @@ class SandboxSession:
         self._control = ControlServer(paths.control_socket, self._handlers())
         await self._control.start()
         upstream = await asyncio.to_thread(
-            upstream_env, paths.root, cfg.model_api_key_env, cfg.model_skip_token_ids, os.environ
+            upstream_env,
+            paths.root,
+            cfg.model_api_key_env,
+            cfg.model_skip_token_ids,
+            os.environ,
+            cfg.model_sampling_seed,
+            not cfg.model_base_url,
         )
         spec = manager.spec_for(
             image=await _image_ref(cfg.image),

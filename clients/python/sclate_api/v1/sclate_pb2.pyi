@@ -55,18 +55,20 @@ class BenchmarkSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., scenario: _Optional[str] = ..., data_dir: _Optional[str] = ..., subset: _Optional[_Iterable[str]] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ModelEndpoint(_message.Message):
-    __slots__ = ("base_url", "api", "model", "api_key_env", "skip_token_ids")
+    __slots__ = ("base_url", "api", "model", "api_key_env", "skip_token_ids", "sampling_seed")
     BASE_URL_FIELD_NUMBER: _ClassVar[int]
     API_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     API_KEY_ENV_FIELD_NUMBER: _ClassVar[int]
     SKIP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_SEED_FIELD_NUMBER: _ClassVar[int]
     base_url: str
     api: str
     model: str
     api_key_env: str
     skip_token_ids: bool
-    def __init__(self, base_url: _Optional[str] = ..., api: _Optional[str] = ..., model: _Optional[str] = ..., api_key_env: _Optional[str] = ..., skip_token_ids: _Optional[bool] = ...) -> None: ...
+    sampling_seed: int
+    def __init__(self, base_url: _Optional[str] = ..., api: _Optional[str] = ..., model: _Optional[str] = ..., api_key_env: _Optional[str] = ..., skip_token_ids: _Optional[bool] = ..., sampling_seed: _Optional[int] = ...) -> None: ...
 
 class Resources(_message.Message):
     __slots__ = ("memory_bytes", "cpus", "pids")
@@ -298,7 +300,7 @@ class HarnessProcess(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., process_clock: _Optional[str] = ..., executable: _Optional[str] = ..., linked: _Optional[str] = ..., probed_clock: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("name", "benchmark", "agent", "clock", "labels", "state", "state_reason", "create_time", "start_time", "end_time", "sim_time", "last_event_seq", "results", "parent")
+    __slots__ = ("name", "benchmark", "agent", "clock", "labels", "state", "state_reason", "create_time", "start_time", "end_time", "sim_time", "last_event_seq", "results", "parent", "group", "group_index")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -320,6 +322,8 @@ class Run(_message.Message):
     LAST_EVENT_SEQ_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUP_INDEX_FIELD_NUMBER: _ClassVar[int]
     name: str
     benchmark: BenchmarkSpec
     agent: AgentSpec
@@ -334,7 +338,9 @@ class Run(_message.Message):
     last_event_seq: int
     results: RunResults
     parent: str
-    def __init__(self, name: _Optional[str] = ..., benchmark: _Optional[_Union[BenchmarkSpec, _Mapping]] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., clock: _Optional[_Union[ClockSpec, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[State, str]] = ..., state_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event_seq: _Optional[int] = ..., results: _Optional[_Union[RunResults, _Mapping]] = ..., parent: _Optional[str] = ...) -> None: ...
+    group: str
+    group_index: int
+    def __init__(self, name: _Optional[str] = ..., benchmark: _Optional[_Union[BenchmarkSpec, _Mapping]] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., clock: _Optional[_Union[ClockSpec, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[State, str]] = ..., state_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event_seq: _Optional[int] = ..., results: _Optional[_Union[RunResults, _Mapping]] = ..., parent: _Optional[str] = ..., group: _Optional[str] = ..., group_index: _Optional[int] = ...) -> None: ...
 
 class CreateRunRequest(_message.Message):
     __slots__ = ("run", "run_id", "request_id")
@@ -602,6 +608,43 @@ class RestoreSnapshotRequest(_message.Message):
     new_run_id: str
     labels: _containers.ScalarMap[str, str]
     def __init__(self, snapshot: _Optional[str] = ..., new_run_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class BranchRunRequest(_message.Message):
+    __slots__ = ("snapshot", "count", "group_id", "labels", "sampling_seeds", "request_id")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_SEEDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    snapshot: str
+    count: int
+    group_id: str
+    labels: _containers.ScalarMap[str, str]
+    sampling_seeds: _containers.RepeatedScalarFieldContainer[int]
+    request_id: str
+    def __init__(self, snapshot: _Optional[str] = ..., count: _Optional[int] = ..., group_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., sampling_seeds: _Optional[_Iterable[int]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class BranchRunResponse(_message.Message):
+    __slots__ = ("group", "runs")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    def __init__(self, group: _Optional[str] = ..., runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
+
+class WatchGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
 
 class ListSnapshotsRequest(_message.Message):
     __slots__ = ("run",)

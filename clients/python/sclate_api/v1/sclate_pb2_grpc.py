@@ -95,6 +95,16 @@ class SclateStub:
                 request_serializer=sclate_dot_v1_dot_sclate__pb2.ListSnapshotsRequest.SerializeToString,
                 response_deserializer=sclate_dot_v1_dot_sclate__pb2.ListSnapshotsResponse.FromString,
                 _registered_method=True)
+        self.BranchRun = channel.unary_unary(
+                '/sclate.v1.Sclate/BranchRun',
+                request_serializer=sclate_dot_v1_dot_sclate__pb2.BranchRunRequest.SerializeToString,
+                response_deserializer=sclate_dot_v1_dot_sclate__pb2.BranchRunResponse.FromString,
+                _registered_method=True)
+        self.WatchGroup = channel.unary_stream(
+                '/sclate.v1.Sclate/WatchGroup',
+                request_serializer=sclate_dot_v1_dot_sclate__pb2.WatchGroupRequest.SerializeToString,
+                response_deserializer=sclate_dot_v1_dot_sclate__pb2.RunEvent.FromString,
+                _registered_method=True)
         self.StreamTrajectories = channel.unary_stream(
                 '/sclate.v1.Sclate/StreamTrajectories',
                 request_serializer=sclate_dot_v1_dot_sclate__pb2.StreamTrajectoriesRequest.SerializeToString,
@@ -191,6 +201,24 @@ class SclateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BranchRun(self, request, context):
+        """Branches K new runs from one snapshot as one group (GRPO's rollouts from a
+        shared state): each restores its own sandbox from the snapshot, samples with
+        its own seed, and is admitted like any run. ListRuns filters a group
+        (`group=ID`); WatchGroup streams its runs' events.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchGroup(self, request, context):
+        """Streams the events of every run of a group, each run's in sequence order
+        (runs interleaved); ends once every run of the group has ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def StreamTrajectories(self, request, context):
         """Streams the run's token-level trajectories for trainers: one message per
         root-to-leaf branch of each (role, thread) graph, tokens exactly as the
@@ -273,6 +301,16 @@ def add_SclateServicer_to_server(servicer, server):
                     servicer.ListSnapshots,
                     request_deserializer=sclate_dot_v1_dot_sclate__pb2.ListSnapshotsRequest.FromString,
                     response_serializer=sclate_dot_v1_dot_sclate__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'BranchRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.BranchRun,
+                    request_deserializer=sclate_dot_v1_dot_sclate__pb2.BranchRunRequest.FromString,
+                    response_serializer=sclate_dot_v1_dot_sclate__pb2.BranchRunResponse.SerializeToString,
+            ),
+            'WatchGroup': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchGroup,
+                    request_deserializer=sclate_dot_v1_dot_sclate__pb2.WatchGroupRequest.FromString,
+                    response_serializer=sclate_dot_v1_dot_sclate__pb2.RunEvent.SerializeToString,
             ),
             'StreamTrajectories': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamTrajectories,
@@ -609,6 +647,60 @@ class Sclate:
             '/sclate.v1.Sclate/ListSnapshots',
             sclate_dot_v1_dot_sclate__pb2.ListSnapshotsRequest.SerializeToString,
             sclate_dot_v1_dot_sclate__pb2.ListSnapshotsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BranchRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sclate.v1.Sclate/BranchRun',
+            sclate_dot_v1_dot_sclate__pb2.BranchRunRequest.SerializeToString,
+            sclate_dot_v1_dot_sclate__pb2.BranchRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sclate.v1.Sclate/WatchGroup',
+            sclate_dot_v1_dot_sclate__pb2.WatchGroupRequest.SerializeToString,
+            sclate_dot_v1_dot_sclate__pb2.RunEvent.FromString,
             options,
             channel_credentials,
             insecure,
