@@ -357,9 +357,17 @@ def _event_line(ev: Any) -> str:
 def cmd_runs_watch(args: argparse.Namespace, client: Client) -> int:
     from sclate_api.v1 import sclate_pb2 as pb
 
-    for ev in client.stream("WatchRun", pb.WatchRunRequest(name=_run_name(args.name), after_seq=args.after_seq)):
+    if (args.name is None) == (args.group is None):
+        raise CliError("give a run NAME or --group GROUP")
+    if args.group is not None:
+        stream = client.stream("WatchGroup", pb.WatchGroupRequest(group=args.group))
+    else:
+        stream = client.stream("WatchRun", pb.WatchRunRequest(name=_run_name(args.name), after_seq=args.after_seq))
+    for ev in stream:
         if args.output == "json":
             print(json.dumps(_to_dict(ev)), flush=True)
+        elif args.group is not None:
+            print(f"{ev.run:<24} {_event_line(ev)}", flush=True)
         else:
             print(_event_line(ev), flush=True)
     return 0
@@ -487,6 +495,33 @@ def cmd_runs_restore(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
+def cmd_runs_branch(args: argparse.Namespace, client: Client) -> int:
+    from sclate_api.v1 import sclate_pb2 as pb
+
+    labels: dict[str, str] = {}
+    for item in args.label or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"--label {item!r} must be KEY=VALUE")
+        labels[key] = value
+    request = pb.BranchRunRequest(
+        snapshot=_snapshot_name(args.snapshot),
+        count=args.count,
+        group_id=args.group or "",
+        labels=labels,
+        sampling_seeds=args.seed or [],
+        request_id=args.request_id or "",
+    )
+    reply = client.call("BranchRun", request, timeout=300)
+    if args.output == "json":
+        _print_json(_to_dict(reply))
+        return 0
+    print(f"group {reply.group}: {len(reply.runs)} runs")
+    for run in reply.runs:
+        print(f"  {run.group_index:>3}  {run.name}  seed {run.agent.model.sampling_seed}  {_state_name(run.state)}")
+    return 0
+
+
 def _add_snapshot_commands(runs: Any) -> None:
     sn = runs.add_parser("snapshot", help="save a snapshot of a RUNNING run")
     sn.add_argument("name")
@@ -506,6 +541,15 @@ def _add_snapshot_commands(runs: Any) -> None:
     rs.add_argument("--label", action="append", metavar="KEY=VALUE", help="a label of the new run")
     _add_output(rs)
     rs.set_defaults(func=cmd_runs_restore)
+    br = runs.add_parser("branch", help="K new runs from one snapshot, as one group (GRPO rollouts)")
+    br.add_argument("snapshot", help="RUN/snapshots/ID")
+    br.add_argument("--count", type=int, required=True, help="how many runs (1..64)")
+    br.add_argument("--group", help="the group's id (runs GROUP-0 .. GROUP-K-1; default: a fresh one)")
+    br.add_argument("--label", action="append", metavar="KEY=VALUE", help="a label of every run")
+    br.add_argument("--seed", action="append", type=int, help="one sampling seed per run (repeat K times)")
+    br.add_argument("--request-id", help="idempotency key: repeating it returns the same group")
+    _add_output(br)
+    br.set_defaults(func=cmd_runs_branch)
 
 
 def _simple(method: str, request_cls: str) -> Callable[[argparse.Namespace, Client], int]:
@@ -663,13 +707,14 @@ def build_parser() -> argparse.ArgumentParser:
         _add_output(sp)
         sp.set_defaults(func=fn)
     ls = runs.add_parser("list", help="list runs")
-    ls.add_argument("--filter", help="e.g. 'state=RUNNING AND labels.team=a'")
+    ls.add_argument("--filter", help="e.g. 'state=RUNNING AND labels.team=a', 'group=g-1234'")
     ls.add_argument("--page-size", type=int, default=50)
     ls.add_argument("--all", action="store_true", help="follow every page")
     _add_output(ls)
     ls.set_defaults(func=cmd_runs_list)
-    w = runs.add_parser("watch", help="stream a run's events")
-    w.add_argument("name")
+    w = runs.add_parser("watch", help="stream a run's events (or a branch group's: --group)")
+    w.add_argument("name", nargs="?")
+    w.add_argument("--group", help="every run of a branch group, until all have ended")
     w.add_argument("--after-seq", type=int, default=0)
     _add_output(w)
     w.set_defaults(func=cmd_runs_watch)
