@@ -6,8 +6,18 @@ schema is shared: ``proxy_addons.record`` declares it once, the addon builds
 records with it and ``CallRecord`` reads and writes them through it.
 """
 
-from sclated.capture._export import ATIF_SCHEMA_VERSION, EXPORT_FORMATS, export
+from sclated.capture._export import (
+    ATIF_SCHEMA_VERSION,
+    EXPORT_FORMATS,
+    LEFT_OUT_REASONS,
+    UNREWARDED_POLICIES,
+    ExportReport,
+    LeftOut,
+    export,
+    export_samples,
+)
 from sclated.capture._failures import FAILURE_CAUSES, failure_cause
+from sclated.capture._groups import Grouping, GroupRow, export_group, group_rows
 from sclated.capture._record import (
     API_KINDS,
     SCHEMA_VERSION,
@@ -16,10 +26,13 @@ from sclated.capture._record import (
     Completion,
     Timings,
 )
+from sclated.capture._rounds import DEFAULT_SLACK_NS, TurnSpan, call_rounds
 from sclated.capture._sink import CaptureSink, LeaseHolder, MemoryRecordStore, RecordStore
 from sclated.capture._trajectories import (
     BRANCH_REASONS,
+    REWARD_MODES,
     LossMaskPolicy,
+    RewardCredit,
     Sample,
     TokenNode,
     Trajectories,
@@ -32,24 +45,38 @@ __all__ = [
     "API_KINDS",
     "ATIF_SCHEMA_VERSION",
     "BRANCH_REASONS",
+    "DEFAULT_SLACK_NS",
     "EXPORT_FORMATS",
     "FAILURE_CAUSES",
+    "LEFT_OUT_REASONS",
+    "REWARD_MODES",
     "SCHEMA_VERSION",
+    "UNREWARDED_POLICIES",
     "CallRecord",
     "CaptureSink",
     "Chunk",
     "Completion",
+    "ExportReport",
+    "GroupRow",
+    "Grouping",
     "LeaseHolder",
+    "LeftOut",
     "LossMaskPolicy",
     "MemoryRecordStore",
     "RecordStore",
+    "RewardCredit",
     "Sample",
     "Timings",
     "TokenNode",
     "Trajectories",
+    "TurnSpan",
     "Verdict",
     "attach_rewards",
     "build_trajectories",
+    "call_rounds",
     "export",
+    "export_group",
+    "export_samples",
     "failure_cause",
+    "group_rows",
 ]

@@ -11,6 +11,22 @@ Every format is JSON Lines, one row per sample:
 - ``atif``: one Agent Trajectory Interchange Format (ATIF-v1.4, Harbor) object
   per sample, with per-step token ids and logprobs in ``metrics``.
 
+Rewards: every row has the sample's scalar reward (``rewards`` in skyrl,
+``reward`` in verl, ``extra.reward`` in atif: the mean of the rounds credited
+to the sample) and its per-token form ``token_rewards`` (as long as the
+response; each round's verdict at the last token of that round's last call,
+0.0 elsewhere: SkyRL's ``List[List[float]]`` form of ``rewards``, verl's
+``rm_scores`` row). Both trainers' GRPO sum a row's per-token rewards, so the
+per-token form of a sample crediting k rounds scores k times its scalar: use one
+form for a whole training run. ``metadata.round_rewards`` (atif:
+``extra.round_rewards``) lists the credits; verl rows also carry them as
+``turn_scores``.
+
+A sample without a reward (none of its rounds graded yet) is never written
+with an invented one: :func:`export_samples` leaves it out and names it in its
+:class:`ExportReport` (or refuses the whole export, ``unrewarded="refuse"``);
+:func:`export` refuses.
+
 Each row is checked against its format's contract before anything is
 written, and the file is written to a temp name and renamed, so a failed
 export leaves no partial file. This is blocking file I/O: call it from a
@@ -25,18 +41,78 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sclated.capture._record import CallRecord
 from sclated.capture._trajectories import Sample
-from sclated.errors import ExportContractError, InvalidArgument
+from sclated.errors import ExportContractError, FailedPrecondition, InvalidArgument
 
-__all__ = ["ATIF_SCHEMA_VERSION", "EXPORT_FORMATS", "export"]
+__all__ = [
+    "ATIF_SCHEMA_VERSION",
+    "EXPORT_FORMATS",
+    "LEFT_OUT_REASONS",
+    "UNREWARDED_POLICIES",
+    "ExportReport",
+    "LeftOut",
+    "export",
+    "export_samples",
+    "left_out_reason",
+]
 
 EXPORT_FORMATS = ("skyrl", "verl", "atif")
 ATIF_SCHEMA_VERSION = "ATIF-v1.4"
+UNREWARDED_POLICIES = ("skip", "refuse")
+#: Why a sample was left out of an export: ``ungraded``: its calls belong to
+#: rounds (or, in ``run`` mode, a run) with no verdict yet; ``no_round``: none of
+#: its calls lies in a turn of a round (memory consolidation, a cron tick);
+#: ``before_branch`` (group exports): every call of it precedes the branch point.
+LEFT_OUT_REASONS = ("ungraded", "no_round", "before_branch")
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    sample_id: str
+    reason: str
+    run: str = ""
+    """The run (a group member's name in group exports) the sample came from."""
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What an export wrote and what it left out (and why)."""
+
+    rows: int
+    left_out: tuple[LeftOut, ...] = ()
+
+    def left_out_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for lo in self.left_out:
+            out[lo.reason] = out.get(lo.reason, 0) + 1
+        return out
+
+
+def left_out_reason(s: Sample) -> str:
+    """Why a sample has no reward (see :data:`LEFT_OUT_REASONS`)."""
+    if s.rounds and all(r is None for r in s.rounds):
+        return "no_round"
+    return "ungraded"
+
+
+def check_export_args(format: str, unrewarded: str = "skip") -> None:
+    """INVALID_ARGUMENT for an unknown format or unrewarded policy."""
+    if format not in EXPORT_FORMATS:
+        raise InvalidArgument(
+            f"unknown export format {format!r}; one of {', '.join(EXPORT_FORMATS)}",
+            field="format",
+        )
+    if unrewarded not in UNREWARDED_POLICIES:
+        raise InvalidArgument(
+            f"unknown policy for unrewarded samples {unrewarded!r}; one of {', '.join(UNREWARDED_POLICIES)}",
+            field="unrewarded",
+        )
 
 
 def _fail(sample: Sample, fmt: str, why: str) -> ExportContractError:
@@ -78,7 +154,14 @@ def _metadata(s: Sample) -> dict[str, Any]:
         "call_ids": list(s.call_ids),
         "turns": list(s.turns),
         "models": sorted({r.model for r in s.records if r.model}),
+        "reward": s.reward,
+        "round_rewards": _round_rewards(s),
+        "rounds": list(s.rounds),
     }
+
+
+def _round_rewards(s: Sample) -> list[dict[str, Any]]:
+    return [{"round_id": c.round_id, "score": c.score, "index": c.index} for c in s.credits]
 
 
 def _skyrl_row(s: Sample) -> dict[str, Any]:
@@ -89,6 +172,7 @@ def _skyrl_row(s: Sample) -> dict[str, Any]:
         "loss_masks": list(s.loss_mask),
         "rollout_logprobs": _logprobs(s),
         "rewards": s.reward,
+        "token_rewards": list(s.token_rewards),
         "stop_reason": s.finish_reason,
         "metadata": _metadata(s),
     }
@@ -102,6 +186,8 @@ def _verl_row(s: Sample) -> dict[str, Any]:
         "response_mask": list(s.loss_mask),
         "rollout_log_probs": _logprobs(s),
         "reward": s.reward,
+        "token_rewards": list(s.token_rewards),
+        "turn_scores": [c.score for c in s.credits],
         "num_turns": len(s.records),
         "metadata": _metadata(s),
     }
@@ -312,7 +398,7 @@ def _atif_row(s: Sample) -> dict[str, Any]:
             "total_cached_tokens": totals["cached"],
             "total_steps": len(steps),
         },
-        "extra": {**_metadata(s), "reward": s.reward},
+        "extra": _metadata(s),
     }
 
 
@@ -351,21 +437,14 @@ def _write_atomic(out: Path, rows: list[dict[str, Any]]) -> None:
         raise
 
 
-def export(samples: Iterable[Sample], format: str, out_path: str | os.PathLike[str]) -> int:
-    """Validate every sample for ``format`` and write them as JSON Lines.
-
-    Returns the number of rows written. Raises ExportContractError naming the
-    first bad sample (nothing is written then) and InvalidArgument for an
-    unknown format.
-    """
-    if format not in EXPORT_FORMATS:
-        raise InvalidArgument(
-            f"unknown export format {format!r}; one of {', '.join(EXPORT_FORMATS)}",
-            field="format",
-        )
+def rows_for(samples: Iterable[Sample], format: str) -> list[dict[str, Any]]:
+    """Each sample's row in ``format``, checked against the format's contract
+    (ExportContractError naming the first bad sample)."""
     rows: list[dict[str, Any]] = []
     for s in samples:
         _check_common(s, format)
+        if len(s.token_rewards) != len(s.response_ids):
+            raise _fail(s, format, "token rewards not aligned with response ids")
         if format == "skyrl":
             rows.append(_skyrl_row(s))
         elif format == "verl":
@@ -374,5 +453,65 @@ def export(samples: Iterable[Sample], format: str, out_path: str | os.PathLike[s
             row = _atif_row(s)
             _check_atif(s, row)
             rows.append(row)
+    return rows
+
+
+def write_rows(out_path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
+    """Write JSON Lines atomically (a temp file renamed over ``out_path``)."""
     _write_atomic(Path(out_path), rows)
+
+
+def refuse_unrewarded(left_out: list[LeftOut], total: int) -> FailedPrecondition:
+    """The NO_REWARDS error for an export that would leave these samples out."""
+    counts: dict[str, int] = {}
+    for lo in left_out:
+        counts[lo.reason] = counts.get(lo.reason, 0) + 1
+    why = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+    first = ", ".join(lo.sample_id for lo in left_out[:3])
+    return FailedPrecondition(
+        f"{len(left_out)} of {total} samples have no reward ({why}; e.g. {first}): no verdict of a round "
+        "they belong to is stored yet; export once those rounds are graded, or leave them out",
+        reason="NO_REWARDS",
+    )
+
+
+def export_samples(
+    samples: Iterable[Sample],
+    format: str,
+    out_path: str | os.PathLike[str],
+    *,
+    unrewarded: str = "skip",
+) -> ExportReport:
+    """Write the rewarded samples as JSON Lines in ``format``; report the rest.
+
+    ``unrewarded="skip"`` (default) leaves out every sample whose reward is
+    None and names it in the report with its reason; ``"refuse"`` raises
+    FailedPrecondition (reason NO_REWARDS) instead when there is one. Either
+    way an export that would leave out every one of at least one sample is
+    refused (an empty training file is never the intent); no sample at all
+    writes an empty file. Nothing is written when anything is refused, and
+    every row is checked first (ExportContractError naming the sample).
+    """
+    check_export_args(format, unrewarded)
+    all_samples = list(samples)
+    kept = [s for s in all_samples if s.reward is not None]
+    left_out = [LeftOut(s.sample_id, left_out_reason(s), s.run) for s in all_samples if s.reward is None]
+    if left_out and (unrewarded == "refuse" or not kept):
+        raise refuse_unrewarded(left_out, len(all_samples))
+    rows = rows_for(kept, format)
+    write_rows(out_path, rows)
+    return ExportReport(len(rows), tuple(left_out))
+
+
+def export(samples: Iterable[Sample], format: str, out_path: str | os.PathLike[str]) -> int:
+    """Validate every sample for ``format`` and write them as JSON Lines.
+
+    Returns the number of rows written. Raises ExportContractError naming the
+    first bad sample, a sample without a reward included (nothing is written
+    then), and InvalidArgument for an unknown format. :func:`export_samples`
+    leaves unrewarded samples out instead.
+    """
+    check_export_args(format)
+    rows = rows_for(samples, format)
+    write_rows(out_path, rows)
     return len(rows)

@@ -6,6 +6,13 @@ parent (observations: tool output, user turns, chat-template glue; mask 0)
 and the completion tokens the model sampled (mask 1 when the role trains).
 Every root-to-leaf branch is one training sample.
 
+Rewards (:func:`attach_rewards`) come from grading verdicts, per round by
+default: a round's verdict is credited to the last token its calls contributed
+to a sample (see :class:`RewardCredit`), the sample's scalar reward is the mean
+of the rounds credited to it, and a sample none of whose rounds was graded gets
+no reward at all (None, never an invented 0). ``mode="run"`` gives every sample
+its run's mean score instead, credited to its last token.
+
 Tokens only ever come from the server's own ids. A call extends a branch only
 when its ``prompt_token_ids`` start with that branch's full sequence; when a
 harness rewrites history (compaction, dropped reasoning, a sub-agent) the
@@ -23,10 +30,13 @@ from types import MappingProxyType
 from typing import Any
 
 from sclated.capture._record import CallRecord
+from sclated.errors import InvalidArgument
 
 __all__ = [
     "BRANCH_REASONS",
+    "REWARD_MODES",
     "LossMaskPolicy",
+    "RewardCredit",
     "Sample",
     "TokenNode",
     "Trajectories",
@@ -76,6 +86,24 @@ class TokenNode:
     children: list[int] = field(default_factory=list)
 
 
+REWARD_MODES = ("round", "run")
+
+
+@dataclass(frozen=True)
+class RewardCredit:
+    """One verdict credited to one token of a sample.
+
+    In ``round`` mode there is one credit per graded round the sample's calls
+    belong to, at ``index``: the last token the round's last call on this
+    branch contributed to ``response_ids`` (its last sampled token). In ``run``
+    mode there is one credit, the run's mean score, at the last response token.
+    """
+
+    index: int
+    score: float
+    round_id: str | None
+
+
 @dataclass(frozen=True)
 class Sample:
     """One root-to-leaf branch, aligned token for token.
@@ -97,6 +125,23 @@ class Sample:
     records: tuple[CallRecord, ...]
     choices: tuple[int, ...]
     reward: float | None = None
+    """The scalar reward: the mean of ``credits``' scores; None when nothing is credited."""
+    segment_ends: tuple[int, ...] = ()
+    """Per record on the branch: the end (exclusive) of the tokens it added to
+    ``response_ids`` (its observation tokens, then its sampled tokens)."""
+    rounds: tuple[str | None, ...] = ()
+    """Per record on the branch: the round its call belongs to (None: none known);
+    empty until :func:`attach_rewards` ran in ``round`` mode."""
+    credits: tuple[RewardCredit, ...] = ()
+
+    @property
+    def token_rewards(self) -> tuple[float, ...]:
+        """Per response token: the credited scores where they fall, 0.0 elsewhere."""
+        out = [0.0] * len(self.response_ids)
+        for c in self.credits:
+            if 0 <= c.index < len(out):
+                out[c.index] += c.score
+        return tuple(out)
 
     @property
     def call_ids(self) -> tuple[str, ...]:
@@ -233,6 +278,7 @@ def _sample(nodes: list[TokenNode], leaf: TokenNode, policy: LossMaskPolicy) -> 
     response: list[int] = []
     mask: list[int] = []
     logprobs: list[float | None] = []
+    ends: list[int] = []
     for i, n in enumerate(path):
         if i > 0:
             response.extend(n.obs_ids)
@@ -241,6 +287,7 @@ def _sample(nodes: list[TokenNode], leaf: TokenNode, policy: LossMaskPolicy) -> 
         response.extend(n.sampled_ids)
         mask.extend([1 if trains else 0] * len(n.sampled_ids))
         logprobs.extend(n.sampled_logprobs)
+        ends.append(len(response))
     reason = next((n.reason for n in reversed(path) if n.reason is not None), "new_thread")
     rec = root.record
     return Sample(
@@ -255,6 +302,7 @@ def _sample(nodes: list[TokenNode], leaf: TokenNode, policy: LossMaskPolicy) -> 
         branch_reason=reason,
         records=tuple(n.record for n in path),
         choices=tuple(n.choice for n in path),
+        segment_ends=tuple(ends),
     )
 
 
@@ -262,28 +310,53 @@ def attach_rewards(
     samples: Iterable[Sample],
     verdicts: Iterable[Verdict],
     *,
-    turn_rounds: Mapping[int, str] | None = None,
+    mode: str = "round",
+    call_rounds: Mapping[str, str] | None = None,
 ) -> list[Sample]:
-    """Give each sample a reward from the run's verdicts.
+    """Give each sample its reward from the verdicts of its run.
 
-    By default a sample gets its run's mean score. When ``turn_rounds`` maps
-    a turn the sample carries (its latest such turn) to a round that has
-    verdicts, the sample gets that round's mean score instead. A run with no
-    verdicts leaves rewards None, which the exporters refuse.
+    ``round`` (the default): ``call_rounds`` maps a call id to the round the
+    call belongs to (:func:`sclated.capture.call_rounds`). Each graded round
+    among a sample's calls is credited to the last token its last call on the
+    branch contributed (several verdicts for one round: their mean). The
+    sample's ``reward`` is the mean of its credits' scores, None when none of its
+    rounds was graded (or none of its calls lies in a round).
+
+    ``run``: every sample of a run gets the run's mean score, credited to its
+    last token; None while the run has no verdict.
+
+    Verdicts join on the sample's ``run`` label. Nothing else is changed, so a
+    later call with other verdicts (a late grade) gives other rewards.
     """
+    if mode not in REWARD_MODES:
+        raise InvalidArgument(f"unknown reward mode {mode!r}; one of {', '.join(REWARD_MODES)}", field="reward_mode")
     by_run: dict[str, list[float]] = {}
     by_round: dict[tuple[str, str], list[float]] = {}
     for v in verdicts:
         by_run.setdefault(v.run, []).append(float(v.score))
         by_round.setdefault((v.run, v.round_id), []).append(float(v.score))
+    rounds_of = call_rounds or {}
     out: list[Sample] = []
     for s in samples:
-        reward: float | None = fmean(by_run[s.run]) if by_run.get(s.run) else None
-        if turn_rounds:
-            for turn in reversed(s.turns):
-                round_id = turn_rounds.get(turn)
-                if round_id is not None and by_round.get((s.run, round_id)):
-                    reward = fmean(by_round[(s.run, round_id)])
-                    break
-        out.append(dataclasses.replace(s, reward=reward))
+        # A sample made by hand without segment ends: every call ends at the last token.
+        ends = s.segment_ends or (len(s.response_ids),) * len(s.records)
+        credits: list[RewardCredit] = []
+        rounds: tuple[str | None, ...] = ()
+        if mode == "run":
+            if by_run.get(s.run) and s.response_ids:
+                credits.append(RewardCredit(len(s.response_ids) - 1, fmean(by_run[s.run]), None))
+        else:
+            rounds = tuple(rounds_of.get(r.call_id) for r in s.records)
+            last: dict[str, int] = {}
+            for i, rid in enumerate(rounds):
+                if rid is not None:
+                    last[rid] = i
+            for rid, i in sorted(last.items(), key=lambda kv: kv[1]):
+                scores = by_round.get((s.run, rid))
+                if scores:
+                    credits.append(RewardCredit(max(ends[i] - 1, 0), fmean(scores), rid))
+        reward = fmean(c.score for c in credits) if credits else None
+        out.append(
+            dataclasses.replace(s, reward=reward, credits=tuple(credits), rounds=rounds, segment_ends=tuple(ends))
+        )
     return out

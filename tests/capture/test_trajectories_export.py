@@ -193,9 +193,9 @@ def test_missing_token_ids_retries_and_failures_are_not_samples() -> None:
     assert [s.call_ids for s in t.samples] == [(a.call_id,)]
 
 
-def test_rewards_default_to_run_aggregate_or_the_rounds() -> None:
-    a = rec([1], [2], turn=1)
-    b = rec([7], [8], thread="t2", turn=2)
+def test_rewards_per_round_or_the_run_aggregate() -> None:
+    a = rec([1], [2])
+    b = rec([7], [8], thread="t2")
     c = rec([9], [10], thread="t3")
     samples = build_trajectories([a, b, c]).samples
     verdicts = [
@@ -203,14 +203,16 @@ def test_rewards_default_to_run_aggregate_or_the_rounds() -> None:
         Verdict("r1", "round-2", 0.0),
         Verdict("other", "round-1", 5.0),
     ]
-    rewarded = {s.call_ids[0]: s.reward for s in attach_rewards(samples, verdicts)}
-    assert rewarded == {a.call_id: 0.5, b.call_id: 0.5, c.call_id: 0.5}
-    per_round = {
-        s.call_ids[0]: s.reward
-        for s in attach_rewards(samples, verdicts, turn_rounds={1: "round-1", 2: "round-2"})
-    }
-    assert per_round == {a.call_id: 1.0, b.call_id: 0.0, c.call_id: 0.5}
-    assert all(s.reward is None for s in attach_rewards(samples, []))
+    in_run = {s.call_ids[0]: s.reward for s in attach_rewards(samples, verdicts, mode="run")}
+    assert in_run == {a.call_id: 0.5, b.call_id: 0.5, c.call_id: 0.5}
+    rounds = {a.call_id: "round-1", b.call_id: "round-2"}
+    per_round = {s.call_ids[0]: s.reward for s in attach_rewards(samples, verdicts, call_rounds=rounds)}
+    # c is in no round: no reward, never an invented 0.
+    assert per_round == {a.call_id: 1.0, b.call_id: 0.0, c.call_id: None}
+    assert all(s.reward is None for s in attach_rewards(samples, [], mode="run"))
+    with pytest.raises(InvalidArgument) as e:
+        attach_rewards(samples, verdicts, mode="episode")
+    assert e.value.field == "reward_mode"
 
 
 # -- export ------------------------------------------------------------------------
@@ -246,7 +248,9 @@ def _samples() -> list[Any]:
         ],
         reply={"role": "assistant", "content": "done"},
     )
-    return attach_rewards(build_trajectories([a, b]).samples, [Verdict("r1", "round-1", 1.0)])
+    return attach_rewards(
+        build_trajectories([a, b]).samples, [Verdict("r1", "round-1", 1.0)], mode="run"
+    )
 
 
 @pytest.mark.parametrize("fmt", ["skyrl", "verl", "atif"])
@@ -260,12 +264,15 @@ def test_export_writes_each_format(tmp_path: Path, fmt: str) -> None:
         assert row["loss_masks"] == [1, 1, 0, 1]
         assert row["rollout_logprobs"] == [-0.5, -0.5, 0.0, -0.5]
         assert row["rewards"] == 1.0 and row["stop_reason"] == "stop"
+        # The run's score, credited to the last token.
+        assert row["token_rewards"] == [0.0, 0.0, 0.0, 1.0]
         assert row["trajectory_id"] and row["metadata"]["run"] == "r1"
     elif fmt == "verl":
         assert row["prompts"] == [1, 2] and row["responses"] == [3, 4, 5, 6]
         assert row["response_mask"] == [1, 1, 0, 1]
         assert row["rollout_log_probs"] == [-0.5, -0.5, 0.0, -0.5]
         assert row["reward"] == 1.0 and row["num_turns"] == 2
+        assert row["token_rewards"] == [0.0, 0.0, 0.0, 1.0] and row["turn_scores"] == [1.0]
     else:
         assert row["schema_version"] == "ATIF-v1.4"
         assert row["agent"]["name"] == "sclate" and row["agent"]["model_name"] == "m"
@@ -293,7 +300,7 @@ def test_missing_logprobs_export_as_null_not_partial(tmp_path: Path) -> None:
             rec([1], [2]).to_json(), completions=[{"index": 0, "token_ids": [2], "logprobs": None}]
         )
     )
-    (s,) = attach_rewards(build_trajectories([a]).samples, [Verdict("r1", "x", 0.0)])
+    (s,) = attach_rewards(build_trajectories([a]).samples, [Verdict("r1", "x", 0.0)], mode="run")
     export([s], "skyrl", tmp_path / "o.jsonl")
     assert json.loads((tmp_path / "o.jsonl").read_text())["rollout_logprobs"] is None
 
