@@ -26,7 +26,7 @@ from sclated.capture._record import (
     Completion,
     Timings,
 )
-from sclated.capture._rounds import DEFAULT_SLACK_NS, TurnSpan, call_rounds
+from sclated.capture._rounds import DEFAULT_SLACK_NS, TurnSpan, call_rounds, resolve_round
 from sclated.capture._sink import CaptureSink, LeaseHolder, MemoryRecordStore, RecordStore
 from sclated.capture._trajectories import (
     BRANCH_REASONS,
@@ -79,4 +79,5 @@ __all__ = [
     "export_samples",
     "failure_cause",
     "group_rows",
+    "resolve_round",
 ]

@@ -21,6 +21,7 @@ from sclated.capture import (
     export_group,
     export_samples,
     group_rows,
+    resolve_round,
 )
 from sclated.errors import FailedPrecondition, InvalidArgument
 from tests.runs.capture_records import BASE_NS, call
@@ -69,6 +70,20 @@ def test_calls_belong_to_the_turn_that_holds_them() -> None:
     assert call_rounds(session()[:1], [TurnSpan("x", at(1.2), at(2.5))]) == {}
     # A call running past its turn's end is in no turn.
     assert call_rounds(session()[:1], [TurnSpan("x", at(0.5), at(0.8))]) == {}
+
+
+def test_a_turns_round_resolves_to_a_graded_round() -> None:
+    rounds = {"d0", "d0.task1", "gaia2x", "2024-01-02/q7"}
+    assert resolve_round("d0.task1", rounds) == "d0.task1"  # the same id first
+    assert resolve_round("d0.task2", rounds) == "d0"  # else the longest prefix at a separator
+    assert resolve_round("d0.task1.retry", rounds) == "d0.task1"
+    assert resolve_round("2024-01-02/q7:feedback", rounds) == "2024-01-02/q7"
+    assert resolve_round("d01", rounds) is None and resolve_round("haystack-3", rounds) is None
+    # A turn naming no round: the run's round when it has exactly one (Gaia2's scenario).
+    assert resolve_round("", {"gaia2"}) == "gaia2" and resolve_round("", rounds) is None
+    spans = [TurnSpan("d1.q1.followup", at(0.5), at(2.5)), TurnSpan("", at(3.5), at(4.5))]
+    assert call_rounds(session(), spans, rounds={"d1.q1", "d2"}) == {"a1": "d1.q1", "a2": "d1.q1"}
+    assert call_rounds(session(), spans, rounds={"only"}) == {"a3": "only"}
 
 
 def rewarded(verdicts: list[Verdict], mode: str = "round", records: list[CallRecord] | None = None) -> list[Sample]:

@@ -44,11 +44,7 @@ def rec(
 ) -> CallRecord:
     global _t
     _t += 1000
-    lps = (
-        logprobs
-        if logprobs is not None
-        else ([-0.5] * len(completion) if completion is not None else None)
-    )
+    lps = logprobs if logprobs is not None else ([-0.5] * len(completion) if completion is not None else None)
     return CallRecord.from_json(
         {
             "schema": 1,
@@ -64,14 +60,10 @@ def rec(
             "injected": [],
             "request": {"model": "m", "messages": messages or []},
             "status": 200 if error is None else None,
-            "response": {
-                "choices": [{"index": 0, "message": reply or {"role": "assistant", "content": "x"}}]
-            },
+            "response": {"choices": [{"index": 0, "message": reply or {"role": "assistant", "content": "x"}}]},
             "chunks": [],
             "prompt_token_ids": prompt,
-            "completions": [
-                {"index": 0, "token_ids": completion, "logprobs": lps, "finish_reason": "stop"}
-            ],
+            "completions": [{"index": 0, "token_ids": completion, "logprobs": lps, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": len(prompt or [])},
             "finish_reason": "stop",
             "timings": {"start_ns": _t, "first_byte_ns": _t + 1, "end_ns": _t + 2},
@@ -248,9 +240,7 @@ def _samples() -> list[Any]:
         ],
         reply={"role": "assistant", "content": "done"},
     )
-    return attach_rewards(
-        build_trajectories([a, b]).samples, [Verdict("r1", "round-1", 1.0)], mode="run"
-    )
+    return attach_rewards(build_trajectories([a, b]).samples, [Verdict("r1", "round-1", 1.0)], mode="run")
 
 
 @pytest.mark.parametrize("fmt", ["skyrl", "verl", "atif"])
@@ -280,12 +270,8 @@ def test_export_writes_each_format(tmp_path: Path, fmt: str) -> None:
         assert sources == ["system", "user", "agent", "agent"]
         assert [s["step_id"] for s in row["steps"]] == [1, 2, 3, 4]
         first_agent = row["steps"][2]
-        assert first_agent["tool_calls"] == [
-            {"tool_call_id": "tc1", "function_name": "ls", "arguments": {"p": "/"}}
-        ]
-        assert first_agent["observation"]["results"] == [
-            {"source_call_id": "tc1", "content": "a.txt"}
-        ]
+        assert first_agent["tool_calls"] == [{"tool_call_id": "tc1", "function_name": "ls", "arguments": {"p": "/"}}]
+        assert first_agent["observation"]["results"] == [{"source_call_id": "tc1", "content": "a.txt"}]
         assert first_agent["metrics"]["completion_token_ids"] == [3, 4]
         assert first_agent["metrics"]["logprobs"] == [-0.5, -0.5]
         assert first_agent["metrics"]["prompt_token_ids"] == [1, 2]
@@ -296,9 +282,7 @@ def test_export_writes_each_format(tmp_path: Path, fmt: str) -> None:
 
 def test_missing_logprobs_export_as_null_not_partial(tmp_path: Path) -> None:
     a = CallRecord.from_json(
-        dict(
-            rec([1], [2]).to_json(), completions=[{"index": 0, "token_ids": [2], "logprobs": None}]
-        )
+        dict(rec([1], [2]).to_json(), completions=[{"index": 0, "token_ids": [2], "logprobs": None}])
     )
     (s,) = attach_rewards(build_trajectories([a]).samples, [Verdict("r1", "x", 0.0)], mode="run")
     export([s], "skyrl", tmp_path / "o.jsonl")
