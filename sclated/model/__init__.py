@@ -7,6 +7,10 @@ token data (``prompt_token_ids``, ``token_ids``, logprobs) on request, so the
 capture proxy can record calls at token level. A requested JSON output
 (``response_format``, the Responses API's ``text.format``) is enforced by
 grammar-constrained sampling, so even a tiny model replies in valid JSON.
+A chat request that extends an earlier exchange (its messages, then the reply
+the server sent) is prompted with that exchange's exact token ids followed by
+the template's text after the reply (``_continuation``), so a conversation's
+prompts extend each other token for token, as the capture needs.
 
     server = await start_model_server(ModelServerConfig(port=0))
     ...  # POST f"{server.url}/v1/chat/completions"

@@ -10,6 +10,7 @@ from pathlib import Path
 from sclated.errors import SclateError
 
 from ._config import ModelServerConfig
+from ._continuation import ENV_FLAG, continuation_from_env
 from ._server import serve_forever
 
 
@@ -25,7 +26,8 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or a number with K, M or G)") from None
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> tuple[ModelServerConfig, str]:
+    """The server's configuration and the log level, from the command line (and the environment)."""
     parser = argparse.ArgumentParser(
         prog="python -m sclated.model",
         description="Serve a GGUF model with OpenAI, Responses and Anthropic HTTP APIs.",
@@ -63,11 +65,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-embeddings", action="store_true", help="serve no /v1/embeddings (no embedding model loaded)"
     )
+    parser.add_argument(
+        "--no-token-continuation",
+        action="store_true",
+        default=not continuation_from_env(),
+        help=(
+            "render every chat prompt whole, never on the kept token ids of the exchange it extends "
+            f"(also {ENV_FLAG}=0)"
+        ),
+    )
+    parser.add_argument(
+        "--continuation-entries",
+        type=int,
+        default=ModelServerConfig.continuation_entries,
+        metavar="N",
+        help="exchanges kept for token continuation (default %(default)s)",
+    )
+    parser.add_argument(
+        "--continuation-bytes",
+        type=_size,
+        default=ModelServerConfig.continuation_bytes,
+        metavar="SIZE",
+        help="RAM for the kept token ids, e.g. 128M (default %(default)s bytes)",
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--model-name", default=None, help="id listed by /v1/models")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ModelServerConfig(
         host=args.host,
         port=args.port,
@@ -79,7 +103,16 @@ def main(argv: list[str] | None = None) -> int:
         prefix_cache_slots=args.prefix_cache_slots,
         prefix_cache_bytes=args.prefix_cache_bytes,
         embeddings=not args.no_embeddings,
+        token_continuation=not args.no_token_continuation,
+        continuation_entries=args.continuation_entries,
+        continuation_bytes=args.continuation_bytes,
     )
+    return config, str(args.log_level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    config, log_level = parse_args(argv)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         serve_forever(config)
     except SclateError as exc:

@@ -150,8 +150,9 @@ def _want_tokens(f: Fields) -> tuple[bool, bool, int]:
 async def handle_count_tokens(ctx: ServerContext, request: web.Request, body: Any) -> web.StreamResponse:
     f = Fields(body)
     tools, mode, forced = _parse_tools(f)
-    prompt = ctx.renderer.render(parse_anthropic_messages(f), tools, mode, forced)
-    return web.json_response({"input_tokens": len(await ctx.engine.tokenize(prompt))})
+    # The count of the prompt a messages call would get (continuing a kept exchange too).
+    prompt = await ctx.chat_prompt(parse_anthropic_messages(f), tools, mode, forced)
+    return web.json_response({"input_tokens": len(prompt.ids)})
 
 
 async def handle_messages(ctx: ServerContext, request: web.Request, body: Any) -> web.StreamResponse:
@@ -165,10 +166,17 @@ async def handle_messages(ctx: ServerContext, request: web.Request, body: Any) -
     params = f.sampling(max_tokens=max_tokens, stop_key="stop_sequences", top_logprobs=top)
     stream = f.opt_bool("stream")
     model = ctx.model_of(f)
-    prompt = ctx.renderer.render(messages, tools, mode, forced)
-    prompt_ids = await ctx.engine.tokenize(prompt)
+    prompt = await ctx.chat_prompt(messages, tools, mode, forced)
+    prompt_ids = prompt.ids
     ctx.engine.check_prompt(prompt_ids, "messages")
-    gen = Generation(ctx.engine, prompt_ids, params, active_tool_names(tools, mode, forced), call_id_prefix="toolu_")
+    gen = Generation(
+        ctx.engine,
+        prompt_ids,
+        params,
+        active_tool_names(tools, mode, forced),
+        call_id_prefix="toolu_",
+        on_finish=ctx.keep_exchange(prompt),
+    )
     mid = new_id("msg_")
     request[USAGE] = (len(prompt_ids), 0)
 

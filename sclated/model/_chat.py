@@ -28,6 +28,11 @@ CHATML_TEMPLATE = (
 )
 
 
+_BODY = "\ue000sclate:assistant-body\ue001"
+"""Stands for an assistant message's body in :meth:`ChatRenderer.continuation` (private-use
+characters around it: no real message carries it)."""
+
+
 @dataclass(frozen=True)
 class ChatMessage:
     """One transcript entry as all three APIs can express it.
@@ -78,14 +83,79 @@ class ChatRenderer:
         tool_mode: ToolMode = "auto",
         forced_tool: str | None = None,
     ) -> str:
+        """The prompt text: the transcript, then the generation prompt of an assistant turn."""
+        return self._render(messages, tools, tool_mode, forced_tool)
+
+    def continuation(
+        self,
+        messages: Sequence[ChatMessage],
+        reply: int,
+        tools: Sequence[ToolSpec] = (),
+        tool_mode: ToolMode = "auto",
+        forced_tool: str | None = None,
+    ) -> str | None:
+        """The text the template puts after the body of the assistant message ``messages[reply]``
+        up to the end of :meth:`render` ``(messages)``: that turn's closing (e.g.
+        ``<|im_end|>\n``), the later messages, and the generation prompt.
+
+        The body itself (content and tool calls) is left out, since a caller that
+        sampled it has its tokens. None when the template is not prefix-stable
+        there, that is unless :meth:`render` ``(messages)`` is exactly
+        :meth:`render` ``(messages[:reply])`` (the prompt the reply was sampled
+        from), then the reply's body as the template writes it when it is the
+        last message, then the text returned. A template that rewrites earlier
+        turns (drops an earlier reply's reasoning, counts the messages in its
+        system turn) gets None.
+        """
+        if not 0 < reply < len(messages) or messages[reply].role != "assistant":
+            return None
+        args = (tools, tool_mode, forced_tool)
+        try:
+            head = self._render(messages[:reply], *args)
+            whole = self._render(messages, *args, blank=reply)
+            if whole.count(_BODY) != 1 or not whole.startswith(head + _BODY):
+                return None
+            rest = whole[len(head) + len(_BODY) :]
+            if reply == len(messages) - 1:
+                return rest
+            # The reply's body where it was the last message, and where it is not.
+            last = self._render(messages[: reply + 1], *args, blank=reply)
+            if last.count(_BODY) != 1 or not last.startswith(head + _BODY):
+                return None
+            tail = last[len(head) + len(_BODY) :]
+            written = self._render(messages[: reply + 1], *args)
+            if not (written.startswith(head) and written.endswith(tail)) or len(written) < len(head) + len(tail):
+                return None
+            body = written[len(head) : len(written) - len(tail)]
+            if self._render(messages, *args) != head + body + rest:
+                return None
+        except InvalidArgument:
+            return None  # the template refuses a part; the whole render will say why, if it does
+        return rest
+
+    def _render(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        tool_mode: ToolMode,
+        forced_tool: str | None,
+        blank: int | None = None,
+    ) -> str:
+        """``blank``: the index of a message whose body (content and tool calls) is
+        rendered as the marker ``_BODY`` instead."""
         if not messages:
             raise InvalidArgument("at least one message is required", field="messages")
         active = list(tools) if tool_mode != "none" else []
         if self.native_tools:
             rendered = [self._native(m) for m in messages]
+            if blank is not None:
+                body = {k: v for k, v in rendered[blank].items() if k != "tool_calls"}
+                rendered[blank] = {**body, "content": _BODY}
             extra: dict[str, Any] = {"tools": [t.as_openai() for t in active] or None}
         else:
             rendered = [self._flat(m) for m in messages]
+            if blank is not None:
+                rendered[blank] = {**rendered[blank], "content": _BODY}
             extra = {}
             if active:
                 required = forced_tool or ("*" if tool_mode == "required" else None)

@@ -7,7 +7,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,9 +15,10 @@ from aiohttp import web
 
 from sclated.errors import InvalidArgument
 
-from ._chat import ChatRenderer
+from ._chat import ChatMessage, ChatRenderer, ToolMode
+from ._continuation import ChatPrompt, Conversations
 from ._engine import Backend, Finish, SamplingParams, TokenStep
-from ._tools import ParsedOutput, ToolCall, parse_tool_calls, tool_call_start
+from ._tools import ParsedOutput, ToolCall, ToolSpec, parse_tool_calls, tool_call_start
 
 if TYPE_CHECKING:
     from ._embeddings import Embedder
@@ -249,6 +250,8 @@ class Generation:
     content: str = ""
     calls: list[ToolCall] = field(default_factory=list)
     finish: Finish | None = None
+    on_finish: Callable[[Generation], None] | None = None
+    """Called once the generation ended (not when it was cut short), before the last item."""
 
     async def run(self) -> AsyncGenerator[tuple[TokenStep | None, str], None]:
         """Yield ``(step, content released by it)`` per token, then ``(None, tail)``.
@@ -266,6 +269,8 @@ class Generation:
                     tail += parsed.content or ""
                     self.calls = [ToolCall(new_id(self.call_id_prefix), name, args) for name, args in parsed.calls]
                     self.content += tail
+                    if self.on_finish is not None:
+                        self.on_finish(self)
                     yield None, tail
                     return
                 self.steps.append(item)
@@ -300,6 +305,35 @@ class ServerContext:
     model_name: str
     embedder: Embedder | None = None
     """The embedding model behind ``/v1/embeddings`` (None: the route answers 404)."""
+    conversations: Conversations | None = None
+    """The kept exchanges chat prompts continue (None: every chat prompt is rendered whole)."""
+
+    async def chat_prompt(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        mode: ToolMode = "auto",
+        forced: str | None = None,
+    ) -> ChatPrompt:
+        """A chat request's prompt ids: continuing the tokens of the exchange it extends
+        (see ``_continuation``), or the whole transcript rendered and tokenized."""
+        if self.conversations is not None:
+            return await self.conversations.prompt(self.engine, self.renderer, messages, tools, mode, forced)
+        return ChatPrompt(await self.engine.tokenize(self.renderer.render(messages, tools, mode, forced)))
+
+    def keep_exchange(self, prompt: ChatPrompt) -> Callable[[Generation], None] | None:
+        """A :attr:`Generation.on_finish` that keeps the exchange for the next prompt to continue."""
+        conversations = self.conversations
+        if conversations is None:
+            return None
+
+        def keep(gen: Generation) -> None:
+            last = gen.steps[-1] if gen.steps else None
+            closing = last.piece.decode("utf-8", errors="replace") if last is not None and last.is_eog else None
+            reply = ChatMessage("assistant", gen.content, tuple(gen.calls))
+            conversations.remember(prompt, gen.token_ids, reply, closing)
+
+        return keep
 
     def model_of(self, f: Fields) -> str:
         # Harnesses are configured with arbitrary model names; any is accepted

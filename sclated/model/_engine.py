@@ -364,7 +364,7 @@ class Backend(Protocol):
     @property
     def stats(self) -> PromptStats: ...
 
-    async def tokenize(self, text: str) -> list[int]: ...
+    async def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]: ...
 
     def check_prompt(self, prompt_ids: Sequence[int], field: str = "prompt") -> None: ...
 
@@ -490,17 +490,18 @@ class Engine:
             cache[token_id] = piece
         return piece
 
-    async def tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         """Token ids of ``text`` as the model will see it (special tokens parsed).
 
         A BOS is prepended only when the vocabulary asks for one and the text
-        does not already start with it (chat templates often render it).
+        does not already start with it (chat templates often render it), and
+        never with ``add_bos`` False (text that continues a prompt).
         """
 
         def work() -> list[int]:
             model = self._require()
-            add_bos = self.add_bos and not (self.bos_token and text.startswith(self.bos_token))
-            ids = model.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+            bos = add_bos and self.add_bos and not (self.bos_token and text.startswith(self.bos_token))
+            ids = model.llm.tokenize(text.encode("utf-8"), add_bos=bos, special=True)
             return [int(i) for i in ids]
 
         return await self._run(work)

@@ -209,10 +209,16 @@ async def handle_chat_completions(ctx: ServerContext, request: web.Request, body
     params = _constrained(f, params)
     stream = f.opt_bool("stream")
     model = ctx.model_of(f)
-    prompt = ctx.renderer.render(messages, tools, mode, forced)
-    prompt_ids = await ctx.engine.tokenize(prompt)
+    prompt = await ctx.chat_prompt(messages, tools, mode, forced)
+    prompt_ids = prompt.ids
     ctx.engine.check_prompt(prompt_ids, "messages")
-    gen = Generation(ctx.engine, prompt_ids, params, active_tool_names(tools, mode, forced))
+    gen = Generation(
+        ctx.engine,
+        prompt_ids,
+        params,
+        active_tool_names(tools, mode, forced),
+        on_finish=ctx.keep_exchange(prompt),
+    )
     rid, created = new_id("chatcmpl-"), now()
     request[USAGE] = (len(prompt_ids), 0)
 

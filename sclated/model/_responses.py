@@ -142,10 +142,16 @@ async def handle_responses(ctx: ServerContext, request: web.Request, body: Any) 
     params = replace(params, grammar=text_format_grammar(text_format))
     stream = f.opt_bool("stream")
     model = ctx.model_of(f)
-    prompt = ctx.renderer.render(messages, tools, mode, forced)
-    prompt_ids = await ctx.engine.tokenize(prompt)
+    prompt = await ctx.chat_prompt(messages, tools, mode, forced)
+    prompt_ids = prompt.ids
     ctx.engine.check_prompt(prompt_ids, "input")
-    gen = Generation(ctx.engine, prompt_ids, params, active_tool_names(tools, mode, forced))
+    gen = Generation(
+        ctx.engine,
+        prompt_ids,
+        params,
+        active_tool_names(tools, mode, forced),
+        on_finish=ctx.keep_exchange(prompt),
+    )
     rid, created, msg_id = new_id("resp_"), now(), new_id("msg_")
     request[USAGE] = (len(prompt_ids), 0)
 

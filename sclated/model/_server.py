@@ -20,6 +20,7 @@ from ._anthropic import anthropic_error_body, handle_count_tokens, handle_messag
 from ._chat import ChatRenderer
 from ._common import USAGE, ServerContext, now
 from ._config import ModelServerConfig
+from ._continuation import Conversations
 from ._embeddings import E5Embedder, handle_embeddings
 from ._engine import Engine
 from ._openai import error_body, handle_chat_completions, handle_completions
@@ -130,6 +131,7 @@ async def _health(request: web.Request) -> web.StreamResponse:
             "n_ctx": ctx.engine.n_ctx,
             "context": ctx.engine.context.as_json(),
             "prompts": ctx.engine.stats.as_json(),
+            "continuation": ctx.conversations.as_json() if ctx.conversations is not None else {"enabled": False},
         }
     )
 
@@ -182,7 +184,19 @@ async def start_model_server(config: ModelServerConfig) -> RunningModelServer:
         name = config.served_model_name()
         embedder = E5Embedder() if config.embeddings else None
         runner = web.AppRunner(
-            build_app(ServerContext(engine, renderer, name, embedder=embedder)),
+            build_app(
+                ServerContext(
+                    engine,
+                    renderer,
+                    name,
+                    embedder=embedder,
+                    conversations=Conversations(
+                        max_entries=config.continuation_entries,
+                        max_bytes=config.continuation_bytes,
+                        enabled=config.token_continuation,
+                    ),
+                )
+            ),
             access_log=None,
             handler_cancellation=True,
         )

@@ -43,7 +43,7 @@ class ScriptedBackend:
         self.context = ContextInfo(self.n_ctx, self.n_ctx)
         self.stats = PromptStats()
 
-    async def tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         self.prompts.append(text)
         return [ord(c) % 50 for c in text]
 
