@@ -65,7 +65,19 @@ $(SWEBENCH_VENV)/.stamp: adapters/swebench/requirements-swebench.txt
 	@$(SWEBENCH_VENV)/bin/python -m pip install -q -r adapters/swebench/requirements-swebench.txt
 	@touch $@
 
-venv: $(VENV)/.stamp $(ARE_VENV)/.stamp $(SWEBENCH_VENV)/.stamp
+# The trainers' own code (SkyRL, verl, CPU torch) checks our exports
+# (tests/trainers/validate_exports.py): its own environment, about 2 GB and 3
+# minutes. Pinned with --no-deps: skyrl declares Python >= 3.12 and is run on 3.11
+# (see the script), so pip must not re-resolve its requirements.
+TRAINERS_VENV := .venv-trainers
+$(TRAINERS_VENV)/.stamp: tests/trainers/requirements-trainers.txt
+	@echo "[setup] the trainers' validation environment (SkyRL, verl) in $(TRAINERS_VENV)"
+	@test -x $(TRAINERS_VENV)/bin/python || $(PYTHON) -m venv $(TRAINERS_VENV)
+	@$(TRAINERS_VENV)/bin/python -m pip install -q --upgrade pip
+	@$(TRAINERS_VENV)/bin/python -m pip install -q --no-deps --ignore-requires-python -r tests/trainers/requirements-trainers.txt
+	@touch $@
+
+venv: $(VENV)/.stamp $(ARE_VENV)/.stamp $(SWEBENCH_VENV)/.stamp $(TRAINERS_VENV)/.stamp
 
 # Sandbox images are built locally (debootstrap base, then layers); content-hashed
 # tags make this a no-op when no recipe changed.
@@ -104,4 +116,4 @@ proto: venv
 	@$(PY) -m sclated.api.protogen
 
 clean:
-	rm -rf $(VENV) $(ARE_VENV) $(SWEBENCH_VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ARE_VENV) $(SWEBENCH_VENV) $(TRAINERS_VENV) build dist .pytest_cache .mypy_cache .ruff_cache
