@@ -168,7 +168,11 @@ class SclateServicer(pb_grpc.SclateServicer):
         self, request: pb.StreamTrajectoriesRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Trajectory]:
         samples = await self._runs.trajectories(
-            current_tenant.get(), request.run, list(request.trainable_roles), list(request.roles)
+            current_tenant.get(),
+            request.run,
+            list(request.trainable_roles),
+            list(request.roles),
+            reward_mode=request.reward_mode,
         )
         # Copying token lists into messages is proportional to the run's tokens.
         for msg in await asyncio.to_thread(_trajectories, samples, request.run):
@@ -180,13 +184,16 @@ class SclateServicer(pb_grpc.SclateServicer):
         tmp_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="sclated-export-")
         try:
             path = os.path.join(tmp_dir, "export.jsonl")
-            rows = await self._runs.export(
+            report = await self._runs.export(
                 current_tenant.get(),
                 request.run,
                 request.format,
                 list(request.trainable_roles),
                 path,
                 list(request.roles),
+                group=request.group,
+                reward_mode=request.reward_mode,
+                unrewarded=request.unrewarded,
             )
             f = await asyncio.to_thread(_open_sized, path)
         finally:
@@ -201,6 +208,16 @@ class SclateServicer(pb_grpc.SclateServicer):
                 if not data:
                     raise RuntimeError(f"export file ended at {sent} of {size} bytes")
                 sent += len(data)
-                yield pb.ExportChunk(data=data, rows=rows if sent >= size else 0)
+                if sent < size:
+                    yield pb.ExportChunk(data=data)
+                else:
+                    yield pb.ExportChunk(
+                        data=data,
+                        rows=report.rows,
+                        left_out=[
+                            pb.LeftOutSample(sample_id=lo.sample_id, reason=lo.reason, run=lo.run)
+                            for lo in report.left_out
+                        ],
+                    )
         finally:
             file.close()

@@ -13,6 +13,7 @@ from sclated.capture._export import (
     UNREWARDED_POLICIES,
     ExportReport,
     LeftOut,
+    check_export_args,
     export,
     export_samples,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "attach_rewards",
     "build_trajectories",
     "call_rounds",
+    "check_export_args",
     "export",
     "export_group",
     "export_samples",

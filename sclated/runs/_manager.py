@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import missing_capabilities
-from sclated.capture import EXPORT_FORMATS, Sample, export
+from sclated.capture import ExportReport, Sample, check_export_args
 from sclated.clock import ClockMode
 from sclated.errors import (
     AlreadyExists,
@@ -49,7 +49,7 @@ from sclated.runs._health import (
 from sclated.runs._registry import Registry
 from sclated.runs._snapshots import RestorePlan, Snapshots, SnapshotView
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
-from sclated.runs._trajectories import run_samples, trainable_roles
+from sclated.runs._trajectories import export_run, export_run_group, reward_mode_of, run_samples, trainable_roles
 from sclated.runs._worker import RunOutcome, RunWorker, load_scenario
 from sclated.store import EventRow, JournalRow, RunRow, Store, WriteBatch
 
@@ -632,6 +632,7 @@ class RunManager:
                 base,
                 group=group_id,
                 group_index=i,
+                group_snapshot=snapshot_name,
                 agent=dataclasses.replace(
                     base.agent,
                     model=dataclasses.replace(
@@ -1016,16 +1017,23 @@ class RunManager:
 
     # -- trajectories ----------------------------------------------------------------
     async def trajectories(
-        self, tenant: str, name: str, roles: Sequence[str] = (), only: Sequence[str] = ()
+        self,
+        tenant: str,
+        name: str,
+        roles: Sequence[str] = (),
+        only: Sequence[str] = (),
+        *,
+        reward_mode: str = "round",
     ) -> Sequence[Sample]:
-        """The run's token-level samples; rewards are None until a round is graded.
+        """The run's token-level samples; a reward is None until one of its rounds is graded.
 
         ``roles`` train (empty: the agent's); ``only`` keeps the samples of these
-        roles (empty: every role's)."""
+        roles (empty: every role's); ``reward_mode``: ``round`` or ``run``."""
         trainable_roles(roles)
+        mode = reward_mode_of(reward_mode or "round")
         kept = set(trainable_roles(only, "roles")) if only else None
         row = await self._get_row(tenant, name, "run")
-        samples = await run_samples(self.store, row.name, row.results, roles)
+        samples = await run_samples(self.store, row.name, row.results, roles, reward_mode=mode)
         return samples if kept is None else [s for s in samples if s.role in kept]
 
     async def export(
@@ -1036,17 +1044,34 @@ class RunManager:
         roles: Sequence[str],
         out_path: str | os.PathLike[str],
         only: Sequence[str] = (),
-    ) -> int:
-        """Write the run's samples to ``out_path`` in ``fmt``; returns the rows written."""
-        # Checked before the run is looked up, so a bad request is
-        # INVALID_ARGUMENT whatever the run.
-        if fmt not in EXPORT_FORMATS:
-            raise InvalidArgument(f"unknown export format {fmt!r}; one of {', '.join(EXPORT_FORMATS)}", field="format")
-        samples = await self.trajectories(tenant, name, roles, only)
-        if any(s.reward is None for s in samples):
-            raise FailedPrecondition(
-                f"run {name!r} has no graded verdict yet, so its trajectories have no reward to "
-                "export; export it once a round is graded",
-                reason="NO_REWARDS",
-            )
-        return await asyncio.to_thread(export, samples, fmt, out_path)
+        *,
+        group: str = "",
+        reward_mode: str = "round",
+        unrewarded: str = "skip",
+    ) -> ExportReport:
+        """Write a run's samples (or a branch group's continuations, ``group``) to
+        ``out_path`` in ``fmt``; what was written and what was left out, and why.
+
+        Rewards are read from the stored verdicts now, so a verdict that came late
+        (a judge that ran after the run) is in the next export without a re-run."""
+        # Checked before anything is looked up, so a bad request is INVALID_ARGUMENT.
+        check_export_args(fmt, unrewarded or "skip")
+        mode = reward_mode_of(reward_mode or "round")
+        if bool(name) == bool(group):
+            raise InvalidArgument("name a run or a group (one of them)", field="group" if group else "run")
+        if not group:
+            row = await self._get_row(tenant, name, "run")
+            return await export_run(
+                self.store, row.name, row.results, fmt, out_path, roles, only,
+                reward_mode=mode, unrewarded=unrewarded or "skip",
+            )  # fmt: skip
+        views = await self.group_runs(tenant, group)
+        members: list[tuple[str, str, Mapping[str, Any]]] = []
+        for view in views:
+            row = await self._get_row(tenant, view.name, "group")
+            members.append((view.name, row.name, row.results))
+        branch_calls = await self.snapshots.branch_calls(tenant, views[0].spec.group_snapshot)
+        return await export_run_group(
+            self.store, group, branch_calls, members, fmt, out_path, roles, only,
+            reward_mode=mode, unrewarded=unrewarded or "skip",
+        )  # fmt: skip

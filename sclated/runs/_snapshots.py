@@ -233,6 +233,17 @@ class Snapshots:
         return [_view(s) for s in await self._store.list_snapshots(run_key)]
 
     # -- restore ------------------------------------------------------------------------
+    async def branch_calls(self, tenant: str, snapshot_name: str) -> tuple[str, ...] | None:
+        """The call ids a snapshot holds (a branch group's shared prefix); None when the
+        snapshot is gone (deleted with its run) or names none."""
+        if not snapshot_name:
+            return None
+        run_id, snapshot_id = parse_snapshot_name(snapshot_name)
+        snap = await self._store.get_snapshot(_store_name(f"{tenant}/{run_id}", snapshot_id))
+        if snap is None or "calls" not in snap["info"]:
+            return None
+        return tuple(str(c) for c in snap["info"]["calls"])
+
     async def plan(self, tenant: str, snapshot_name: str, labels: Mapping[str, str] | None = None) -> RestorePlan:
         """Read a snapshot and check it can be restored (files, image); ``labels`` go on a branch."""
         validate_tenant(tenant)

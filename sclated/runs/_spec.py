@@ -121,6 +121,8 @@ class RunSpec:
     group: str = ""
     """The branch group this run belongs to (``BranchRun``); set by the daemon, never by a request."""
     group_index: int = 0
+    group_snapshot: str = ""
+    """The snapshot the group branched from (``runs/{run}/snapshots/{id}``)."""
 
     def to_dict(self) -> dict[str, Any]:
         b, a, c = self.benchmark, self.agent, self.clock
@@ -152,7 +154,11 @@ class RunSpec:
             },
             "clock": {"mode": c.mode.value, "start_ns": c.start_ns, "rate": c.rate},
             "labels": dict(self.labels),
-            **({"group": {"id": self.group, "index": self.group_index}} if self.group else {}),
+            **(
+                {"group": {"id": self.group, "index": self.group_index, "snapshot": self.group_snapshot}}
+                if self.group
+                else {}
+            ),
         }
 
     @classmethod
@@ -282,6 +288,7 @@ class RunSpec:
             labels=dict(labels),
             group=group,
             group_index=group_index,
+            group_snapshot=_text(group_raw.get("snapshot", ""), "run.group.snapshot", limit=512),
         )
 
 

@@ -3,6 +3,9 @@ daemon, scripted agent, no Docker)."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import grpc
 from sclate_api.v1 import sclate_pb2 as pb
 
@@ -10,6 +13,7 @@ from sclated.runs._manager import branch_seed
 from tests.api.conftest import Api
 from tests.api.test_api import expect_error
 from tests.api.test_snapshots import SLOW, _finish, _rounds, _run_id, _snapshot_after_first_verdict
+from tests.runs.capture_records import call
 
 
 async def test_a_group_of_k_branches_from_one_snapshot(api: Api) -> None:
@@ -75,3 +79,39 @@ async def test_a_repeated_request_returns_the_same_group_and_bad_ones_are_refuse
     )
     for run in first.runs:
         await _finish(api, run.name)
+
+
+async def test_a_group_exports_its_continuations_with_one_group_key(api: Api) -> None:
+    source = await _run_id(api, "gsrc", **SLOW)
+    # One agent call before the snapshot: the group's shared prompt state.
+    first = call("gsrc", "a1", t=1, prompt=[1, 2, 3], completion=[4, 5])
+    assert await api.daemon.store.put_call("local/gsrc", "a1", "agent", first)
+    snap = await _snapshot_after_first_verdict(api, source, "s")
+    await _finish(api, source.name)
+    reply = await api.stub.BranchRun(pb.BranchRunRequest(snapshot=snap.name, count=2, group_id="gx"))
+    for i, run in enumerate(reply.runs):
+        await _finish(api, run.name)
+        # Each member continues the shared exchange its own way.
+        cont = call(f"gx-{i}", f"b{i}", t=5, prompt=[1, 2, 3, 4, 5, 9], completion=[20 + i, 30 + i])
+        assert await api.daemon.store.put_call(f"local/gx-{i}", f"b{i}", "agent", cont)
+    req = pb.ExportTrajectoriesRequest(group="gx", format="verl", reward_mode="run")
+    chunks = [c async for c in api.stub.ExportTrajectories(req)]
+    rows = [json.loads(line) for line in b"".join(c.data for c in chunks).decode().splitlines()]
+    assert chunks[-1].rows == len(rows) == 2
+    assert rows[0]["uid"] == rows[1]["uid"]  # one GRPO group: the same prompt state
+    assert sorted(r["group"]["index"] for r in rows) == [0, 1] and all(r["group"]["size"] == 2 for r in rows)
+    # The prompt is the shared state up to the snapshot; each continuation starts there
+    # (the new observation, not trained, then what the member sampled).
+    assert all(r["prompts"] == [1, 2, 3, 4, 5] for r in rows)
+    assert sorted((r["responses"], r["response_mask"]) for r in rows) == [
+        ([9, 20, 30], [0, 1, 1]),
+        ([9, 21, 31], [0, 1, 1]),
+    ]
+    # Exactly one of run and group.
+    both = pb.ExportTrajectoriesRequest(run=reply.runs[0].name, group="gx", format="verl")
+    await expect_error(_drain(api.stub.ExportTrajectories(both)), grpc.StatusCode.INVALID_ARGUMENT)
+
+
+async def _drain(stream: Any) -> None:
+    async for _ in stream:
+        pass

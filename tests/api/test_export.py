@@ -48,16 +48,25 @@ async def finished_run(api: Api, tenant: str = LOCAL_TENANT, run_id: str = "") -
 
 
 async def trajectories(
-    api: Api, name: str, roles: tuple[str, ...] = (), only: tuple[str, ...] = ()
+    api: Api, name: str, roles: tuple[str, ...] = (), only: tuple[str, ...] = (), reward_mode: str = "run"
 ) -> list[pb.Trajectory]:
-    req = pb.StreamTrajectoriesRequest(run=name, trainable_roles=roles, roles=only)
+    req = pb.StreamTrajectoriesRequest(run=name, trainable_roles=roles, roles=only, reward_mode=reward_mode)
     return [t async for t in api.stub.StreamTrajectories(req, metadata=api.md())]
 
 
 async def export_chunks(
-    api: Api, name: str, fmt: str, roles: tuple[str, ...] = (), only: tuple[str, ...] = ()
+    api: Api,
+    name: str,
+    fmt: str,
+    roles: tuple[str, ...] = (),
+    only: tuple[str, ...] = (),
+    reward_mode: str = "run",
+    unrewarded: str = "",
 ) -> list[pb.ExportChunk]:
-    req = pb.ExportTrajectoriesRequest(run=name, format=fmt, trainable_roles=roles, roles=only)
+    """The seeded calls' times fall in no turn of the run: the run's mean is their reward."""
+    req = pb.ExportTrajectoriesRequest(
+        run=name, format=fmt, trainable_roles=roles, roles=only, reward_mode=reward_mode, unrewarded=unrewarded
+    )
     return [c async for c in api.stub.ExportTrajectories(req, metadata=api.md())]
 
 
@@ -165,7 +174,7 @@ async def test_large_export_is_chunked_and_cleaned_up(api: Api, export_tmp: Path
     assert list(export_tmp.iterdir()) == []
 
     # A client that goes away after the first chunk leaves nothing behind either.
-    stream = api.stub.ExportTrajectories(pb.ExportTrajectoriesRequest(run=run.name, format="verl"))
+    stream = api.stub.ExportTrajectories(pb.ExportTrajectoriesRequest(run=run.name, format="verl", reward_mode="run"))
     first = await stream.read()
     assert isinstance(first, pb.ExportChunk) and first.rows == 0
     stream.cancel()
@@ -215,6 +224,24 @@ async def test_a_run_without_captured_calls_is_empty_not_an_error(api: Api) -> N
     assert await export_chunks(api, run.name, "skyrl") == []
 
 
+async def test_round_rewards_never_invent_one_for_calls_outside_every_round(api: Api) -> None:
+    # The seeded calls' (simulated) times lie in no turn of the run: in round mode
+    # (the default) none has a reward; nothing is exported rather than a made-up 0.
+    run, _ = await finished_run(api)
+    for t in await trajectories(api, run.name, reward_mode="round"):
+        assert not t.HasField("reward")
+    for unrewarded in ("", "skip", "refuse"):
+        err = await expect_error(
+            export_chunks(api, run.name, "skyrl", reward_mode="round", unrewarded=unrewarded),
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
+        assert err["sclate-reason"] == "NO_REWARDS" and "no_round" in err["details"]
+    err = await expect_error(
+        export_chunks(api, run.name, "skyrl", reward_mode="mean"), grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert err["sclate-field"] == "reward_mode"
+
+
 async def test_a_running_run_streams_what_is_captured_so_far(api: Api) -> None:
     run = await api.create(days=3, events=3, turn_ms=200)
     async for ev in api.stub.WatchRun(pb.WatchRunRequest(name=run.name)):
@@ -258,13 +285,13 @@ async def test_cli_export_and_trajectories(api: Api, tmp_path: Path, capsys: pyt
     run, sc = await finished_run(api)
     out = tmp_path / "out" / "train.jsonl"
     rid = run.name.removeprefix("runs/")
-    assert await sclate(api, "runs", "export", rid, "--format", "verl", "--out", str(out)) == 0
+    assert await sclate(api, "runs", "export", rid, "--format", "verl", "--out", str(out), "--reward-mode", "run") == 0
     assert capsys.readouterr().out.strip() == f"wrote 3 verl rows to {out}"
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 and all(len(r["responses"]) == len(r["response_mask"]) for r in rows)
     mem = next(r for r in rows if r["metadata"]["role"] == "memory")
     assert set(mem["response_mask"]) == {0}
-    args = ("runs", "export", run.name, "--format", "skyrl", "--out", str(out))
+    args = ("runs", "export", run.name, "--format", "skyrl", "--out", str(out), "--reward-mode", "run")
     assert await sclate(api, *args, "--role", "agent", "--role", "memory") == 0
     capsys.readouterr()
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -284,13 +311,13 @@ async def test_cli_export_and_trajectories(api: Api, tmp_path: Path, capsys: pyt
     assert out.read_bytes() == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["train.jsonl"]
 
-    assert await sclate(api, "runs", "trajectories", rid) == 0
+    assert await sclate(api, "runs", "trajectories", rid, "--reward-mode", "run") == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
     agent = next(line for line in lines if "/t-main/" in line)
     assert "new_thread" in agent and f"calls {len(sc.agent_calls)}" in agent
     assert f"trained {sampled(sc.records, sc.agent_calls)}" in agent
-    assert await sclate(api, "runs", "trajectories", rid, "-o", "json") == 0
+    assert await sclate(api, "runs", "trajectories", rid, "-o", "json", "--reward-mode", "run") == 0
     js = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted(j["thread"] for j in js) == ["t-main", "t-memory", "t-sub"]
 

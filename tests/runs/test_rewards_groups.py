@@ -190,15 +190,15 @@ async def test_round_rewards_are_read_at_export_time(store: Store, tmp_path: Pat
 
 
 async def test_the_manager_reads_verdicts_at_export_time(store: Store, tmp_path: Path) -> None:
-    # The manager's export (the run's mean today) joins the stored results anew each time.
+    # The manager's export joins the stored results anew each time (here: the run's mean).
     key = "local/r1"
     await seed(store, key, records("r1"), JOURNAL, results(d1_q1=1.0, d1_q2=None))
     m = RunManager(store, Registry())
     out = tmp_path / "m.jsonl"
-    assert await m.export("local", "runs/r1", "verl", [], out) == 2
+    assert (await m.export("local", "runs/r1", "verl", [], out, reward_mode="run")).rows == 2
     assert {json.loads(line)["reward"] for line in out.read_text().splitlines()} == {1.0}
     await store.update_run(key, results=results(d1_q1=1.0, d1_q2=0.0))
-    await m.export("local", "runs/r1", "verl", [], out)
+    await m.export("local", "runs/r1", "verl", [], out, reward_mode="run")
     assert {json.loads(line)["reward"] for line in out.read_text().splitlines()} == {0.5}
 
 

@@ -152,7 +152,7 @@ async def test_manager_export_and_errors(store: Store, tmp_path: Path) -> None:
     m = await manager_with_run(store, "alice", "run-1", "SUCCEEDED")
     await seed(store, "alice/run-1", scenario("run-1").records)
     out = tmp_path / "out" / "verl.jsonl"
-    assert await m.export("alice", "runs/run-1", "verl", [], out) == 3
+    assert (await m.export("alice", "runs/run-1", "verl", [], out, reward_mode="run")).rows == 3
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert {r["reward"] for r in rows} == {0.5}
     assert all(len(r["responses"]) == len(r["response_mask"]) for r in rows)

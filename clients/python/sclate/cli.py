@@ -395,26 +395,44 @@ def write_atomic(out: Path, chunks: Iterator[bytes]) -> None:
 def cmd_runs_export(args: argparse.Namespace, client: Client) -> int:
     from sclate_api.v1 import sclate_pb2 as pb
 
+    if (args.name is None) == (args.group is None):
+        raise CliError("give a run NAME or --group GROUP")
     req = pb.ExportTrajectoriesRequest(
-        run=_run_name(args.name), format=args.format, trainable_roles=args.role or [], roles=args.role or []
+        run=_run_name(args.name) if args.name is not None else "",
+        group=args.group or "",
+        format=args.format,
+        trainable_roles=args.role or [],
+        roles=args.role or [],
+        reward_mode=args.reward_mode,
+        unrewarded=args.unrewarded,
     )
     rows = 0
+    left_out: list[Any] = []
 
     def chunks() -> Iterator[bytes]:
         nonlocal rows
         for chunk in client.stream("ExportTrajectories", req):
             rows = chunk.rows or rows
+            left_out.extend(chunk.left_out)
             yield chunk.data
 
     write_atomic(args.out, chunks())
     print(f"wrote {rows} {args.format} rows to {args.out}")
+    if left_out:
+        reasons: dict[str, int] = {}
+        for lo in left_out:
+            reasons[lo.reason] = reasons.get(lo.reason, 0) + 1
+        detail = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+        print(f"left out {len(left_out)} trajectories without a reward ({detail})", file=sys.stderr)
     return 0
 
 
 def cmd_runs_trajectories(args: argparse.Namespace, client: Client) -> int:
     from sclate_api.v1 import sclate_pb2 as pb
 
-    req = pb.StreamTrajectoriesRequest(run=_run_name(args.name), trainable_roles=args.role or [], roles=args.role or [])
+    req = pb.StreamTrajectoriesRequest(
+        run=_run_name(args.name), trainable_roles=args.role or [], roles=args.role or [], reward_mode=args.reward_mode
+    )
     for t in client.stream("StreamTrajectories", req):
         if args.output == "json":
             print(json.dumps(_to_dict(t)), flush=True)
@@ -718,12 +736,26 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--after-seq", type=int, default=0)
     _add_output(w)
     w.set_defaults(func=cmd_runs_watch)
-    ex = runs.add_parser("export", help="export a run's trajectories for a trainer (JSON Lines)")
-    ex.add_argument("name")
+    ex = runs.add_parser("export", help="export a run's (or a branch group's) trajectories for a trainer (JSON Lines)")
+    ex.add_argument("name", nargs="?")
+    ex.add_argument("--group", help="a branch group's continuations in the trainers' group layout (GRPO)")
     ex.add_argument("--format", required=True, choices=("skyrl", "verl", "atif"))
-    ex.add_argument("--out", required=True, type=Path, help="file to write (atomically)")
+    ex.add_argument("--out", "-O", required=True, type=Path, help="file to write (atomically)")
+    ex.add_argument(
+        "--reward-mode",
+        choices=("round", "run"),
+        default="round",
+        help="round: each trajectory rewarded by the rounds it earned (default); run: the run's mean score",
+    )
+    ex.add_argument(
+        "--unrewarded",
+        choices=("skip", "refuse"),
+        default="skip",
+        help="a trajectory no graded round rewards: left out and counted (default), or the export fails",
+    )
     tr = runs.add_parser("trajectories", help="one summary line per trajectory of a run")
     tr.add_argument("name")
+    tr.add_argument("--reward-mode", choices=("round", "run"), default="round")
     _add_output(tr)
     for sp, fn in ((ex, cmd_runs_export), (tr, cmd_runs_trajectories)):
         sp.add_argument(

@@ -659,14 +659,16 @@ class ListSnapshotsResponse(_message.Message):
     def __init__(self, snapshots: _Optional[_Iterable[_Union[Snapshot, _Mapping]]] = ...) -> None: ...
 
 class StreamTrajectoriesRequest(_message.Message):
-    __slots__ = ("run", "trainable_roles", "roles")
+    __slots__ = ("run", "trainable_roles", "roles", "reward_mode")
     RUN_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_ROLES_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
+    REWARD_MODE_FIELD_NUMBER: _ClassVar[int]
     run: str
     trainable_roles: _containers.RepeatedScalarFieldContainer[str]
     roles: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+    reward_mode: str
+    def __init__(self, run: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ..., roles: _Optional[_Iterable[str]] = ..., reward_mode: _Optional[str] = ...) -> None: ...
 
 class Trajectory(_message.Message):
     __slots__ = ("trajectory_id", "run", "role", "prompt_token_ids", "response_ids", "loss_mask", "rollout_logprobs", "reward", "branch_reason", "thread", "call_ids", "stop_reason")
@@ -697,21 +699,39 @@ class Trajectory(_message.Message):
     def __init__(self, trajectory_id: _Optional[str] = ..., run: _Optional[str] = ..., role: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., response_ids: _Optional[_Iterable[int]] = ..., loss_mask: _Optional[_Iterable[int]] = ..., rollout_logprobs: _Optional[_Iterable[float]] = ..., reward: _Optional[float] = ..., branch_reason: _Optional[str] = ..., thread: _Optional[str] = ..., call_ids: _Optional[_Iterable[str]] = ..., stop_reason: _Optional[str] = ...) -> None: ...
 
 class ExportTrajectoriesRequest(_message.Message):
-    __slots__ = ("run", "format", "trainable_roles", "roles")
+    __slots__ = ("run", "format", "trainable_roles", "roles", "reward_mode", "group", "unrewarded")
     RUN_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_ROLES_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
+    REWARD_MODE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    UNREWARDED_FIELD_NUMBER: _ClassVar[int]
     run: str
     format: str
     trainable_roles: _containers.RepeatedScalarFieldContainer[str]
     roles: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run: _Optional[str] = ..., format: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+    reward_mode: str
+    group: str
+    unrewarded: str
+    def __init__(self, run: _Optional[str] = ..., format: _Optional[str] = ..., trainable_roles: _Optional[_Iterable[str]] = ..., roles: _Optional[_Iterable[str]] = ..., reward_mode: _Optional[str] = ..., group: _Optional[str] = ..., unrewarded: _Optional[str] = ...) -> None: ...
+
+class LeftOutSample(_message.Message):
+    __slots__ = ("sample_id", "reason", "run")
+    SAMPLE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    sample_id: str
+    reason: str
+    run: str
+    def __init__(self, sample_id: _Optional[str] = ..., reason: _Optional[str] = ..., run: _Optional[str] = ...) -> None: ...
 
 class ExportChunk(_message.Message):
-    __slots__ = ("data", "rows")
+    __slots__ = ("data", "rows", "left_out")
     DATA_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_OUT_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     rows: int
-    def __init__(self, data: _Optional[bytes] = ..., rows: _Optional[int] = ...) -> None: ...
+    left_out: _containers.RepeatedCompositeFieldContainer[LeftOutSample]
+    def __init__(self, data: _Optional[bytes] = ..., rows: _Optional[int] = ..., left_out: _Optional[_Iterable[_Union[LeftOutSample, _Mapping]]] = ...) -> None: ...
