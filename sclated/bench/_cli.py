@@ -118,6 +118,7 @@ def _e2e(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
 def _harness(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     from sclated.bench._harness import bench_harness
 
+    args.harness = args.harness or "hermes"
     return bench_harness(args)
 
 
@@ -133,6 +134,12 @@ def _gaia2(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_gaia2(args)
 
 
+def _branches(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._branches import bench_branches
+
+    return bench_branches(args)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
@@ -143,6 +150,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "harness": _harness,
     "memory": _memory,
     "gaia2": _gaia2,
+    "branches": _branches,
 }
 
 
@@ -160,22 +168,40 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
         "--turn-ms", type=int, default=1000, help="daemon: the scripted agent's busy time per turn (a fast model call)"
     )
     p.add_argument(
-        "--data-dir", type=Path, default=None, help="e2e, harness: upstream MetaClaw data (default: built-in tiny)"
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="e2e, harness, branches: upstream MetaClaw data (default: built-in tiny)",
     )
-    p.add_argument("--max-tokens", type=int, default=96, help="e2e, harness: the harness's max_tokens per model call")
-    p.add_argument("--harness", default="hermes", help="harness: which harness (see `sclate agents list`)")
+    p.add_argument(
+        "--max-tokens", type=int, default=96, help="e2e, harness, branches: the harness's max_tokens per model call"
+    )
+    p.add_argument(
+        "--harness",
+        default=None,
+        help="harness, branches: which harness (see `sclate agents list`; default hermes, branches: reference)",
+    )
+    p.add_argument("--benchmark", default="metaclaw", help="branches: the benchmark to run (default metaclaw)")
+    p.add_argument("--scenario", default="tiny", help="branches: its built-in scenario (default tiny)")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="branches: run twice, the embedded model's token continuation off then on, and print both",
+    )
     p.add_argument(
         "--pair", action="append", help="memory: HARNESS+SYSTEM, e.g. reference+mem0 (repeatable; default all)"
     )
     p.add_argument(
         "--gaia2-n", type=int, action="append", help="gaia2: events per scenario (repeatable; default 1000 and 10000)"
     )
-    p.add_argument("--subset", action="append", help="harness: keep this MetaClaw day (repeatable; default all)")
+    p.add_argument(
+        "--subset", action="append", help="harness, branches: keep this MetaClaw day (repeatable; default all)"
+    )
     p.add_argument(
         "--model-n-ctx",
         type=int,
         default=16384,
-        help="harness: the embedded model's context (default 16384: a harness resends its whole session)",
+        help="harness, branches: the embedded model's context (default 16384: a harness resends its whole session)",
     )
     args = p.parse_args(argv)
     bench = BENCHES.get(which)

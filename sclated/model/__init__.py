@@ -20,6 +20,8 @@ prompts extend each other token for token, as the capture needs.
 from ._chat import ChatMessage, ChatRenderer
 from ._common import ServerContext
 from ._config import ModelServerConfig, default_gguf_path
+from ._continuation import ENV_FLAG as TOKEN_CONTINUATION_ENV
+from ._continuation import ChatPrompt, Conversations, continuation_from_env
 from ._engine import (
     PROMPT_TOO_LONG,
     Backend,
@@ -38,10 +40,13 @@ from ._tools import ParsedOutput, ToolCall, ToolSpec, parse_tool_calls, tool_cal
 
 __all__ = [
     "PROMPT_TOO_LONG",
+    "TOKEN_CONTINUATION_ENV",
     "Backend",
     "ChatMessage",
+    "ChatPrompt",
     "ChatRenderer",
     "ContextInfo",
+    "Conversations",
     "EmbeddedModel",
     "Engine",
     "Finish",
@@ -58,6 +63,7 @@ __all__ = [
     "ToolSpec",
     "TopLogprob",
     "build_app",
+    "continuation_from_env",
     "default_gguf_path",
     "json_object_grammar",
     "json_schema_grammar",
