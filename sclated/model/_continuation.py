@@ -72,6 +72,9 @@ def continuation_from_env(default: bool = True) -> bool:
     return value not in ("0", "false", "off", "no")
 
 
+_TRIES = 3
+"""At most this many kept exchanges a request extends are tried, the longest first."""
+
 _ENTRY_OVERHEAD = 256
 """Bytes counted per kept exchange besides its ids (the key, the object)."""
 
@@ -217,7 +220,9 @@ class Conversations:
                 if kept is not None:
                     found.append((i, kept))
             _update(hasher, _exact(message))
-        for reply, kept in reversed(found):  # the longest first
+        # The longest first; a template that fails one usually fails the shorter ones
+        # too, and each try renders the conversation a few times: only a few are tried.
+        for reply, kept in reversed(found[-_TRIES:]):
             continued = await self._continue(engine, renderer, messages, reply, kept, tools, mode, forced)
             if continued is not None:
                 with self._lock:
