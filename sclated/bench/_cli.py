@@ -140,6 +140,12 @@ def _branches(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_branches(args)
 
 
+def _rollouts(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._rollouts import bench_rollouts
+
+    return bench_rollouts(args)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
@@ -151,6 +157,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "memory": _memory,
     "gaia2": _gaia2,
     "branches": _branches,
+    "rollouts": _rollouts,
 }
 
 
@@ -203,6 +210,7 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
         default=16384,
         help="harness, branches: the embedded model's context (default 16384: a harness resends its whole session)",
     )
+    p.add_argument("--count", type=int, default=8, help="rollouts: the group's size K (default 8)")
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
     if bench is None:
