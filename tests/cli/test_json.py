@@ -119,7 +119,7 @@ def test_repeated_int64_optional_bytes_and_non_finite_numbers() -> None:
     assert got["reward"] is None
     t.reward = 0.0
     assert _as_a_script_sees_it(t)["reward"] == 0.0
-    assert _as_a_script_sees_it(pb.ExportChunk(data=b"{}\n", rows=0)) == {"data": "e30K", "rows": 0}
+    assert _as_a_script_sees_it(pb.ExportChunk(data=b"{}\n", rows=0)) == {"data": "e30K", "rows": 0, "left_out": []}
     stats = pb.SchedulerStats(compression_limit=float("inf"), delivery_delay_ms_max=float("nan"))
     got = _as_a_script_sees_it(stats)
     assert got["compression_limit"] == "Infinity" and got["delivery_delay_ms_max"] == "NaN"
