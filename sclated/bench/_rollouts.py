@@ -7,8 +7,8 @@ snapshot is saved and the source cancelled; then ``BranchRun`` makes K runs
 figures:
 
 * ``branch_s``: from the BranchRun call until every run of the group has its
-  sandbox restored and running (the run's first turn started: the harness inside
-  took a message), on the wall clock;
+  sandbox restored and running (its first message received by the harness
+  inside), on the wall clock;
 * ``group_wall_s``: from the call until the last run of the group ended;
 * ``samples``, ``calls_per_branch_mean``, ``prefix_mismatch_share``,
   ``trainable_tokens``: the group's trajectories (StreamTrajectories), the calls
@@ -76,7 +76,7 @@ async def bench_rollouts(args: argparse.Namespace) -> dict[str, Any]:
                 async for ev in stub.WatchGroup(pb.WatchGroupRequest(group=group.group)):
                     kind = ev.WhichOneof("kind")
                     now = time.monotonic() - t0
-                    if kind == "turn" and ev.turn.phase == "started" and ev.seq > 1:
+                    if kind == "turn" and ev.turn.phase == "received":
                         started.setdefault(ev.run, now)
                     elif kind == "state" and ev.state.state not in (pb.PENDING, pb.RUNNING):
                         ended[ev.run] = now
