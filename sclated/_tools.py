@@ -18,7 +18,19 @@ TOOLS = ("doctor", "images", "model", "bench", "demo")
 EPILOG = "Local tools: sclated doctor | images build | model serve | bench NAME | demo (each takes --help)."
 # Spelled out (importing sclated.bench here would load every benchmark's imports for
 # any tool); tests/daemon/test_local_tools.py holds it to sclated.bench.BENCHES.
-BENCHES = ("scheduler", "daemon", "sandbox", "proxy", "model", "e2e", "harness", "memory", "gaia2", "branches", "rollouts")
+BENCHES = (
+    "scheduler",
+    "daemon",
+    "sandbox",
+    "proxy",
+    "model",
+    "e2e",
+    "harness",
+    "memory",
+    "gaia2",
+    "branches",
+    "rollouts",
+)
 
 
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
