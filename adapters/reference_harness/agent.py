@@ -32,10 +32,19 @@ A memory system besides the notes (AGENT_MEMORY_SYSTEM): ``mem0`` (the mem0ai
 library in this process; run the agent with the python that has it) or
 ``hindsight`` (a Hindsight API server at AGENT_HINDSIGHT_URL, bank
 AGENT_HINDSIGHT_BANK). Used the way their documentation shows: before each turn
-the memories relevant to the message are recalled into the system prompt, after
-it the exchange is stored. Their own model and embedding calls go to sclate's
+the memories relevant to the message are recalled into that message, after it
+the exchange is stored. Their own model and embedding calls go to sclate's
 memory listener (SCLATE_MEMORY_SYSTEM_BASE_URL, set for the memory system).
 What a turn recalled and stored is reported in its ``turn_end`` (``memory``).
+
+A session's calls extend one another, so that the model's tokens of one call
+are the start of the next (token-faithful rollouts, see docs/rollouts.md): the
+system prompt (persona files, MEMORY.md, the notes of yesterday and today, the
+session's start time) is written once when the session's first message comes,
+and stays; what changes every turn (the current time, recalled memories) goes
+into the turn's user message; the tools are offered on every call; the
+history keeps a turn's tool calls and results and the replies as the model
+sent them; and it is trimmed by whole turns, oldest first.
 """
 
 from __future__ import annotations
@@ -551,20 +560,30 @@ class Agent:
         self.system = system
         self.session = "default"
         self.history: list[dict[str, Any]] = []
+        self.turn_starts: list[int] = []
+        """Where each turn of ``history`` begins (trimmed by whole turns)."""
+        self.system_text: str | None = None
+        """The session's system prompt, written at its first message."""
         self.turns = 0
 
     def start_session(self, session: str | None) -> None:
         self.session = session or "default"
-        self.history = []
+        self._reset()
 
     def stop_session(self) -> None:
-        self.history = []
+        self._reset()
 
-    def system_prompt(self, recalled: list[str] | None = None) -> str:
+    def _reset(self) -> None:
+        self.history = []
+        self.turn_starts = []
+        self.system_text = None
+
+    def system_prompt(self) -> str:
         now = _now()
         parts = [
             f"You are a helpful assistant working in the folder {self.cfg.workspace}.",
-            f"Now: {now.strftime('%A, %Y-%m-%d %H:%M')} UTC.",
+            f"This session started {now.strftime('%A, %Y-%m-%d %H:%M')} UTC; each message "
+            "begins with the time it was sent.",
             "Tools: read_file(path), write_file(path, content), list_dir(path), shell(command), "
             "wait(duration). Paths are relative to the workspace. To use a tool, call it, or "
             'reply with only a JSON object like {"tool": "write_file", "args": {"path": '
@@ -583,14 +602,31 @@ class Agent:
             notes = self.memory.read(self.memory.notes_for(day), 1500).strip()
             if notes:
                 parts.append(f"## Your notes of {day.isoformat()}\n{notes}")
-        if recalled:
-            lines = "\n".join(f"- {_cap(' '.join(m.split()), 500)}" for m in recalled)
-            parts.append(f"## What you remember about this (your memory system)\n{lines}")
         return "\n\n".join(parts)
 
+    @staticmethod
+    def user_message(text: str, recalled: list[str]) -> str:
+        """A turn's message as the model sees it: the time it was sent, what the memory
+        system recalled for it (if any), then the text."""
+        parts = [f"[{_now().strftime('%A, %Y-%m-%d %H:%M')} UTC]"]
+        if recalled:
+            lines = "\n".join(f"- {_cap(' '.join(m.split()), 500)}" for m in recalled)
+            parts.append(f"## What you remember about this (your memory system)\n{lines}\n")
+        parts.append(text)
+        return "\n".join(parts)
+
     def _trim_history(self) -> None:
-        while self.history and sum(len(str(m.get("content") or "")) for m in self.history) > self.cfg.history_chars:
-            del self.history[:2]
+        # Whole turns, oldest first, and never the last one: a cut inside a turn would
+        # leave tool results without their call.
+        def size() -> int:
+            return sum(
+                len(str(m.get("content") or "")) + len(json.dumps(m.get("tool_calls") or "")) for m in self.history
+            )
+
+        while len(self.turn_starts) > 1 and size() > self.cfg.history_chars:
+            cut = self.turn_starts[1]
+            del self.history[:cut]
+            self.turn_starts = [i - cut for i in self.turn_starts[1:]]
 
     def turn(self, text: str, round_id: str | None = None) -> dict[str, Any]:
         """One user message to the final reply; never raises."""
@@ -599,10 +635,13 @@ class Agent:
         tools = Tools(self.cfg)
         memory_report: dict[str, Any] = {}
         recalled = self._recall(text, memory_report)
+        if self.system_text is None:
+            self.system_text = self.system_prompt()
+        start = len(self.history)
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": self.system_prompt(recalled)},
+            {"role": "system", "content": self.system_text},
             *self.history,
-            {"role": "user", "content": text},
+            {"role": "user", "content": self.user_message(text, recalled)},
         ]
         steps = 0
         reply = ""
@@ -617,7 +656,9 @@ class Agent:
                             "content": "You have used all your tool steps. Answer now in plain text.",
                         }
                     )
-                message = self.model.chat(messages, thread=self.session, turn=turn_id, tools=allow_tools)
+                # The tools are offered on every call (the tool list is part of the prompt
+                # the next call extends); past the last step a call is taken as the answer.
+                message = self.model.chat(messages, thread=self.session, turn=turn_id, tools=True)
                 content = message.get("content")
                 content_text = content if isinstance(content, str) else ""
                 calls, why = parse_tool_calls(message) if allow_tools else ([], "no tools left")
@@ -625,6 +666,7 @@ class Agent:
                     reply = content_text or _describe_calls(message)
                     if why not in ("no tool call", "no tools left"):
                         _log(f"turn {turn_id}: {why}; taken as the answer")
+                    messages.extend(_as_sent(message, content_text))
                     break
                 steps += 1
                 if message.get("tool_calls"):
@@ -650,7 +692,10 @@ class Agent:
         except ModelError as exc:
             error = str(exc)
             _log(f"turn {turn_id}: {error}")
-        self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
+            messages.append({"role": "assistant", "content": ""})
+        # The turn as the model saw it and answered: its next call extends it.
+        self.turn_starts.append(start)
+        self.history = messages[1:]
         self._trim_history()
         self._note(text, reply, tools.written, error)
         if error is None:
@@ -717,7 +762,8 @@ class Agent:
         try:
             message = self.model.chat(
                 [{"role": "user", "content": prompt}],
-                thread="consolidate",
+                # A thread of its own each night: it continues no earlier call.
+                thread=f"consolidate-{_now().date().isoformat()}",
                 turn=_now().date().isoformat(),
                 tools=False,
             )
@@ -732,13 +778,43 @@ class Agent:
         return 0, f"consolidated {len(pending)} day(s) of notes into {self.memory.main}"
 
     def dump_state(self) -> dict[str, Any]:
-        return {"session": self.session, "history": self.history, "turns": self.turns}
+        return {
+            "session": self.session,
+            "history": self.history,
+            "turn_starts": self.turn_starts,
+            "system": self.system_text,
+            "turns": self.turns,
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.session = str(state.get("session", "default"))
         history = state.get("history", [])
         self.history = [m for m in history if isinstance(m, dict)] if isinstance(history, list) else []
+        starts = state.get("turn_starts")
+        if isinstance(starts, list) and all(isinstance(i, int) and 0 <= i < len(self.history) for i in starts):
+            self.turn_starts = sorted(set(starts))
+        else:
+            # A state from before turns were kept whole: each user message starts one.
+            self.turn_starts = [i for i, m in enumerate(self.history) if m.get("role") == "user"]
+        if self.turn_starts[:1] != [0] and self.history:
+            self.turn_starts.insert(0, 0)
+        system = state.get("system")
+        self.system_text = system if isinstance(system, str) else None
         self.turns = int(state.get("turns", 0))
+
+
+def _as_sent(message: dict[str, Any], content_text: str) -> list[dict[str, Any]]:
+    """A turn's last model message for the history, as the model sent it: with its tool
+    calls, if it made any past its last step (each then answered as not run, so that
+    the conversation stays well formed)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not calls:
+        return [{"role": "assistant", "content": content_text}]
+    out: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content"), "tool_calls": calls}]
+    for call in calls:
+        call_id = call.get("id") if isinstance(call, dict) else None
+        out.append({"role": "tool", "tool_call_id": call_id or "", "content": "not run: the turn ended here"})
+    return out
 
 
 def _describe_calls(message: dict[str, Any]) -> str:

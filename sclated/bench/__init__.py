@@ -1,5 +1,6 @@
 """Benchmarks of sclate itself, behind `sclated bench NAME --json`."""
 
+from sclated.bench._branches import branch_figures
 from sclated.bench._cli import BENCHES, run_bench_cli
 from sclated.bench._daemon import reap_daemon_sandboxes, start_daemon_process
 from sclated.bench._sandbox import bench_sandbox, measure_publish_latency
@@ -9,6 +10,7 @@ __all__ = [
     "BENCHES",
     "bench_sandbox",
     "bench_scheduler",
+    "branch_figures",
     "measure_publish_latency",
     "reap_daemon_sandboxes",
     "run_bench_cli",

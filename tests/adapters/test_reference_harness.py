@@ -39,9 +39,7 @@ def tool_call(name: str, args: dict[str, Any] | str, call_id: str = "call_1") ->
     return {
         "role": "assistant",
         "content": None,
-        "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-        ],
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}],
     }
 
 
@@ -197,12 +195,94 @@ async def test_tool_call_then_answer_writes_file_and_note(
     assert "[day01] asked: Create notes/todo.md containing milk | replied: Done." in note
     assert "wrote: notes/todo.md" in note
 
-    # The session keeps its history for the next turn.
+    # The session keeps its history for the next turn: the tool step too.
     model.script = [answer("Yes.")]
     await adapter.deliver(DeliverPrompt("Did you do it?", session="day01", round_id="day01/r2"))
     roles = [m["role"] for m in model.requests[-1]["messages"]]
-    assert roles == ["system", "user", "assistant", "user"]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
     await adapter.stop_session()
+
+
+def _extends(request: dict[str, Any], earlier: dict[str, Any], reply: dict[str, Any]) -> bool:
+    """Whether a request's messages are an earlier request's, then its reply as the model sent it."""
+    n = len(earlier["messages"])
+    sent = request["messages"][n] if len(request["messages"]) > n else None
+    return (
+        request["messages"][:n] == earlier["messages"]
+        and sent is not None
+        and (
+            sent["role"] == "assistant"
+            and sent.get("content") == reply.get("content")
+            and sent.get("tool_calls") == reply.get("tool_calls")
+        )
+    )
+
+
+async def test_a_sessions_calls_extend_one_another(
+    harness: tuple[ReferenceHarnessAdapter, SubprocessTransport],
+    model: FakeOpenAIServer,
+    dirs: tuple[Path, Path],
+    tmp_path: Path,
+) -> None:
+    # Token-faithful rollouts need each call of a session to extend the one before
+    # (the same system prompt and tools, the replies as sent, the tool steps kept).
+    adapter, _ = harness
+    replies = [
+        tool_call("write_file", {"path": "a.md", "content": "one\n"}),
+        answer("Wrote a.md."),
+        tool_call("list_dir", {"path": "."}, call_id="call_2"),
+        answer("  Only a.md.  "),
+        answer("Nothing else."),
+    ]
+    model.script = list(replies)
+    await adapter.start_session("day01")
+    for k in range(3):
+        await adapter.deliver(DeliverPrompt(f"task {k}", session="day01", round_id=f"day01/r{k}"))
+    assert len(model.requests) == 5
+    for i in range(1, 5):
+        assert _extends(model.requests[i], model.requests[i - 1], replies[i - 1]), i
+        assert model.requests[i]["messages"][0] == model.requests[0]["messages"][0]
+        assert "tools" in model.requests[i]
+    # The time and the text are in the user message, not in the system prompt.
+    first_user = model.requests[0]["messages"][1]["content"]
+    assert first_user.startswith("[") and " UTC]" in first_user and first_user.endswith("task 0")
+
+    # Saved and restored (a snapshot, a branch): the next call still extends.
+    await adapter.save_state(tmp_path / "state")
+    await adapter.stop_session()
+    await adapter.restore_state(tmp_path / "state")
+    model.script = [answer("Back.")]
+    await adapter.deliver(DeliverPrompt("task 3", session="day01", round_id="day01/r3"))
+    assert _extends(model.requests[-1], model.requests[-2], replies[-1])
+
+    # A new session gets a new system prompt (its notes are read again), not extending.
+    model.script = [answer("Day two.")]
+    await adapter.deliver(DeliverPrompt("task 4", session="day02", round_id="day02/r0"))
+    assert model.requests[-1]["messages"][0] != model.requests[0]["messages"][0]
+    assert "asked: task 0" in model.requests[-1]["messages"][0]["content"]
+    assert [m["role"] for m in model.requests[-1]["messages"]] == ["system", "user"]
+
+
+async def test_history_is_trimmed_by_whole_turns(model: FakeOpenAIServer, dirs: tuple[Path, Path]) -> None:
+    transport = await SubprocessTransport.start(env=_env(model, dirs, AGENT_HISTORY_CHARS="400"))
+    adapter = ReferenceHarnessAdapter(transport, turn_timeout_s=60)
+    try:
+        for k in range(4):
+            model.script = [tool_call("write_file", {"path": f"f{k}.md", "content": "x" * 150}), answer(f"done {k}")]
+            await adapter.deliver(DeliverPrompt(f"turn {k}", session="s", round_id=f"r{k}"))
+        model.script = [answer("ok")]
+        await adapter.deliver(DeliverPrompt("last", session="s", round_id="r4"))
+        messages = model.requests[-1]["messages"]
+        # Older turns are gone whole: the history starts at a turn's user message, and
+        # every tool result follows the call it answers.
+        assert messages[1]["role"] == "user" and "turn 0" not in messages[1]["content"]
+        assert messages[-1]["content"].endswith("last")
+        for i, m in enumerate(messages):
+            if m["role"] == "tool":
+                assert messages[i - 1]["role"] == "assistant" and messages[i - 1]["tool_calls"]
+        assert len(messages) < 2 + 4 * 4
+    finally:
+        assert await transport.close() == 0
 
 
 async def test_malformed_tool_calls_become_plain_answers(
@@ -235,9 +315,7 @@ async def test_malformed_tool_calls_become_plain_answers(
     assert not (ws / "x.txt").exists()
     assert (ws / "a.txt").read_text() == "x"
     # The content-JSON call's result goes back as a user message.
-    assert model.requests[-1]["messages"][-1]["content"].startswith(
-        "Result of write_file:\nwrote 1"
-    )
+    assert model.requests[-1]["messages"][-1]["content"].startswith("Result of write_file:\nwrote 1")
 
 
 async def test_tool_steps_are_capped(
@@ -247,25 +325,29 @@ async def test_tool_steps_are_capped(
     adapter, _ = harness
     model.fallback = tool_call("list_dir", {"path": "."})
     result = await adapter.deliver(DeliverPrompt("loop forever", session="s", round_id="r"))
-    # AGENT_MAX_STEPS=3: three tool rounds, then one call without tools that must answer.
+    # AGENT_MAX_STEPS=3: three tool rounds, then one call that must answer (the tools still
+    # offered: they are part of the prompt the next call extends).
     assert result.details["steps"] == 3
     assert len(model.requests) == 4
-    assert ["tools" in r for r in model.requests] == [True, True, True, False]
+    assert ["tools" in r for r in model.requests] == [True, True, True, True]
+    assert model.requests[-1]["messages"][-1]["content"].startswith("You have used all your tool steps")
     assert "list_dir" in result.reply  # the stray call itself is the answer
+    # The stray call stays in the history, answered as not run: the conversation stays well formed.
+    model.fallback = answer("ok")
+    await adapter.deliver(DeliverPrompt("next", session="s", round_id="r2"))
+    roles = [m["role"] for m in model.requests[-1]["messages"]]
+    assert roles[-3:] == ["assistant", "tool", "user"]
+    assert model.requests[-1]["messages"][-2]["content"] == "not run: the turn ended here"
 
 
-async def test_shell_tool_runs_in_workspace_with_timeout(
-    model: FakeOpenAIServer, dirs: tuple[Path, Path]
-) -> None:
+async def test_shell_tool_runs_in_workspace_with_timeout(model: FakeOpenAIServer, dirs: tuple[Path, Path]) -> None:
     transport = await SubprocessTransport.start(env=_env(model, dirs, AGENT_SHELL_TIMEOUT="1"))
     adapter = ReferenceHarnessAdapter(transport, turn_timeout_s=60)
     try:
         model.script = [
             tool_call("shell", {"command": "pwd && echo hi > made.txt"}),
             answer("ok"),
-            tool_call(
-                "shell", {"command": "echo start; exec python3 -c 'import time; time.sleep(30)'"}
-            ),
+            tool_call("shell", {"command": "echo start; exec python3 -c 'import time; time.sleep(30)'"}),
             answer("gave up"),
         ]
         await adapter.deliver(DeliverPrompt("run it", session="s", round_id="a"))
@@ -290,9 +372,7 @@ async def test_model_failure_ends_the_turn_without_crashing(
     assert "HTTP 500" in result.details["error"]
     # Still alive, and its session state survives a save/restore round trip.
     model.script = [answer("fine")]
-    assert (
-        await adapter.deliver(DeliverPrompt("again", session="s", round_id="r2"))
-    ).reply == "fine"
+    assert (await adapter.deliver(DeliverPrompt("again", session="s", round_id="r2"))).reply == "fine"
     await adapter.save_state(tmp_path / "state")
     saved = json.loads((tmp_path / "state" / "reference_harness_state.json").read_text())
     assert saved["session"] == "s" and saved["history"][-1] == {
@@ -303,7 +383,8 @@ async def test_model_failure_ends_the_turn_without_crashing(
     await adapter.restore_state(tmp_path / "state")
     model.script = [answer("restored")]
     await adapter.deliver(DeliverPrompt("after restore", session="s", round_id="r3"))
-    assert [m["content"] for m in model.requests[-1]["messages"][1:3]] == ["hello", ""]
+    hello, failed = model.requests[-1]["messages"][1:3]
+    assert hello["content"].endswith("\nhello") and failed == {"role": "assistant", "content": ""}
 
 
 async def _run_agent(env: dict[str, str], *args: str) -> tuple[int, str, str]:
@@ -320,9 +401,7 @@ async def _run_agent(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-async def test_consolidate_folds_past_notes_into_memory(
-    model: FakeOpenAIServer, dirs: tuple[Path, Path]
-) -> None:
+async def test_consolidate_folds_past_notes_into_memory(model: FakeOpenAIServer, dirs: tuple[Path, Path]) -> None:
     _, mem = dirs
     env = _env(model, dirs)
     yesterday = _today() - dt.timedelta(days=1)
@@ -339,7 +418,7 @@ async def test_consolidate_folds_past_notes_into_memory(
     assert "tools" not in request
     prompt = request["messages"][0]["content"]
     assert "buy milk" in prompt and "Sam runs a bakery." in prompt and "later" not in prompt
-    assert model.headers[0]["x-sclate-thread"] == "consolidate"
+    assert model.headers[0]["x-sclate-thread"] == f"consolidate-{_today().isoformat()}"
 
     # Already folded: nothing to do, no model call.
     code, out, _ = await _run_agent(env, "consolidate")
@@ -347,9 +426,7 @@ async def test_consolidate_folds_past_notes_into_memory(
     assert len(model.requests) == 1
 
 
-async def test_consolidate_keeps_memory_when_the_model_fails(
-    model: FakeOpenAIServer, dirs: tuple[Path, Path]
-) -> None:
+async def test_consolidate_keeps_memory_when_the_model_fails(model: FakeOpenAIServer, dirs: tuple[Path, Path]) -> None:
     _, mem = dirs
     (mem / "notes").mkdir()
     (mem / "notes" / "2020-01-01.md").write_text("- old note\n")
@@ -364,7 +441,8 @@ async def test_once_mode_prints_the_reply(model: FakeOpenAIServer, dirs: tuple[P
     model.script = [answer("Hello Sam.")]
     code, out, _ = await _run_agent(_env(model, dirs), "once", "say hello")
     assert (code, out) == (0, "Hello Sam.\n")
-    assert model.requests[0]["messages"][-1] == {"role": "user", "content": "say hello"}
+    (asked,) = [m for m in model.requests[0]["messages"] if m["role"] == "user"]
+    assert asked["content"].startswith("[") and asked["content"].endswith(" UTC]\nsay hello")
 
 
 async def test_serve_reports_bad_requests_and_keeps_going(
@@ -396,17 +474,13 @@ def _daily_at(hour: int) -> Callable[[str, int], int]:
 
 def test_crontab_parsing() -> None:
     lines = parse_crontab(CRONTAB.read_text())
-    assert [(ln.expr, ln.command) for ln in lines] == [
-        ("0 2 * * *", "python3 /opt/agent/agent.py consolidate")
-    ]
+    assert [(ln.expr, ln.command) for ln in lines] == [("0 2 * * *", "python3 /opt/agent/agent.py consolidate")]
     assert parse_crontab("SHELL=/bin/sh\n@daily echo hi\n# c\n")[0].expr == "@daily"
     with pytest.raises(InvalidArgument, match="line 1"):
         parse_crontab("0 2 * *\n")
 
 
-def _drive_cron(
-    source: HarnessCronSource, start_ns: int, until_ns: int
-) -> list[tuple[int, ExecInSandbox]]:
+def _drive_cron(source: HarnessCronSource, start_ns: int, until_ns: int) -> list[tuple[int, ExecInSandbox]]:
     sched = Scheduler(start_ns=start_ns, sources=[source])
     fired: list[tuple[int, ExecInSandbox]] = []
     while (due := sched.next_due_ns()) is not None and due <= until_ns:
@@ -420,16 +494,11 @@ def _drive_cron(
 
 def test_cron_source_fires_nightly_in_simulated_time() -> None:
     start = int(dt.datetime(2026, 3, 16, 9, 0, tzinfo=dt.UTC).timestamp()) * _NS
-    source = HarnessCronSource(
-        parse_crontab(CRONTAB.read_text()), _daily_at(2), name="harness:cron"
-    )
+    source = HarnessCronSource(parse_crontab(CRONTAB.read_text()), _daily_at(2), name="harness:cron")
     fired = _drive_cron(source, start, start + 3 * 86400 * _NS)
     times = [dt.datetime.fromtimestamp(t / _NS, tz=dt.UTC) for t, _ in fired]
     assert times == [dt.datetime(2026, 3, d, 2, 0, tzinfo=dt.UTC) for d in (17, 18, 19)]
-    assert all(
-        e.command == "python3 /opt/agent/agent.py consolidate" and e.holder == "cron"
-        for _, e in fired
-    )
+    assert all(e.command == "python3 /opt/agent/agent.py consolidate" and e.holder == "cron" for _, e in fired)
 
 
 def test_adapter_routines_use_the_runtime_cron_parser() -> None:
@@ -457,9 +526,7 @@ async def test_tiny_metaclaw_through_the_harness(
     model: FakeOpenAIServer, dirs: tuple[Path, Path], tmp_path: Path
 ) -> None:
     ws, _ = dirs
-    scenario = MetaClawBenchmark().load(
-        ScenarioConfig(scenario="tiny", options={"seed_dir": str(tmp_path / "seed")})
-    )
+    scenario = MetaClawBenchmark().load(ScenarioConfig(scenario="tiny", options={"seed_dir": str(tmp_path / "seed")}))
     seed = scenario.workspace_seed()
     assert seed is not None
     shutil.copytree(seed, ws, dirs_exist_ok=True)

@@ -109,8 +109,10 @@ async def test_recalled_memories_reach_the_prompt_and_the_exchange_is_stored(
     result = await adapter.deliver(DeliverPrompt("What is my cat's name?", session="s1", round_id="q1"))
     assert result.reply == "Your cat is Miso."
     assert hindsight.recalls[0]["query"] == "What is my cat's name?"
-    system = model.requests[0]["messages"][0]["content"]
-    assert "What you remember about this" in system and "Miso" in system
+    # Recalled into the turn's message (the session's system prompt stays as it was).
+    asked = model.requests[0]["messages"][-1]["content"]
+    assert "What you remember about this" in asked and "Miso" in asked and asked.endswith("What is my cat's name?")
+    assert "Miso" not in model.requests[0]["messages"][0]["content"]
     (item,) = hindsight.retained
     assert item["content"] == "user: What is my cat's name?\nassistant: Your cat is Miso."
     assert item["context"] == "conversation s1" and item["timestamp"]
@@ -128,7 +130,7 @@ async def test_a_failing_memory_system_is_reported_and_the_turn_goes_on(
     assert result.reply == "Hello."
     report = result.details["memory"]
     assert "HTTP 500" in report["recall_error"] and "HTTP 500" in report["store_error"]
-    assert "What you remember" not in model.requests[0]["messages"][0]["content"]
+    assert all("What you remember" not in m["content"] for m in model.requests[0]["messages"])
 
 
 def test_a_run_names_a_memory_system_the_harness_offers() -> None:

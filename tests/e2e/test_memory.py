@@ -233,11 +233,13 @@ def check_accounting(run: pb.Run, calls: list[dict[str, Any]], system: str) -> N
 
 
 def question_prompt(calls: list[dict[str, Any]]) -> str:
-    """The system prompt of the agent's first call in the question's turn (the last turn)."""
+    """The question as the agent's first call in the question's turn (the last turn) asked
+    it: its last user message (the reference harness recalls into the turn's message)."""
     agent = [c for c in calls if c["role"] == "agent"]
     last_turn = agent[-1]["turn"] if agent[-1]["turn"] is not None else None
     first = next(c for c in agent if c["turn"] == last_turn) if last_turn is not None else agent[-1]
-    return str(first["request"]["messages"][0]["content"])
+    asked = [m for m in first["request"]["messages"] if m["role"] == "user"]
+    return str(asked[-1]["content"])
 
 
 async def test_reference_harness_with_mem0(tmp_path: Path) -> None:

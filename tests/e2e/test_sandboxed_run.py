@@ -19,7 +19,7 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from adapters import AgentEnvironment
 from adapters.reference_harness import ReferenceHarness
-from sclated.bench import start_daemon_process
+from sclated.bench import branch_figures, start_daemon_process
 from sclated.clock import ClockConfig, ClockMode, SimClock
 from sclated.model import EmbeddedModel
 from sclated.runs import Resources, RunLoop
@@ -94,6 +94,16 @@ async def test_metaclaw_tiny_with_the_reference_harness(tmp_path: Path) -> None:
                 if row["rollout_logprobs"] is not None:
                     assert len(row["rollout_logprobs"]) == len(row["response_ids"])
             assert any(sum(row["loss_masks"]) > 0 for row in lines)
+            # Token-faithful multi-turn samples: a session's calls extend one another (the
+            # harness keeps its prompt stable, the model server its exact tokens), so hardly
+            # any call starts a branch because its prompt does not extend an earlier one.
+            trajectories = [
+                {"call_ids": list(t.call_ids), "branch_reason": t.branch_reason, "role": t.role}
+                async for t in stub.StreamTrajectories(pb.StreamTrajectoriesRequest(run=created.name))
+            ]
+            agent = branch_figures(trajectories)["by_role"]["agent"]
+            assert agent["prefix_mismatch_share"] < 0.1, agent
+            assert agent["calls_per_branch_mean"] > 1.5, agent
         assert await _containers_of("mc-tiny") == []  # the sandbox is gone with the run
     finally:
         proc.send_signal(signal.SIGTERM)
