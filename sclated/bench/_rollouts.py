@@ -7,8 +7,10 @@ snapshot is saved and the source cancelled; then ``BranchRun`` makes K runs
 figures:
 
 * ``branch_s``: from the BranchRun call until every run of the group has its
-  sandbox restored and running (its first message received by the harness
-  inside), on the wall clock;
+  sandbox restored and running, on the wall clock: a run is running once its
+  scheduler fires an event of its own (one the source did not fire before the
+  snapshot), which it does only after its sandbox and the harness's state are
+  restored;
 * ``group_wall_s``: from the call until the last run of the group ended;
 * ``samples``, ``calls_per_branch_mean``, ``prefix_mismatch_share``,
   ``trainable_tokens``: the group's trajectories (StreamTrajectories), the calls
@@ -60,8 +62,11 @@ async def bench_rollouts(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 run.agent.options.update({"max_tokens": args.max_tokens, "max_steps": 3})
                 src = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="rollout-src"))
+                source_fires: set[str] = set()
                 async for ev in stub.WatchRun(pb.WatchRunRequest(name=src.name)):
                     kind = ev.WhichOneof("kind")
+                    if kind == "fire":
+                        source_fires.add(ev.fire.event_id)
                     if kind == "turn" and ev.turn.phase == "ended" and ev.turn.round_id.startswith("day02/"):
                         break
                     if kind == "state" and ev.state.state not in (pb.PENDING, pb.RUNNING):
@@ -70,17 +75,14 @@ async def bench_rollouts(args: argparse.Namespace) -> dict[str, Any]:
                 await stub.CancelRun(pb.CancelRunRequest(name=src.name))
                 t0 = time.monotonic()
                 group = await stub.BranchRun(pb.BranchRunRequest(snapshot=snap.name, count=k, group_id="rollouts"))
-                started: dict[str, float] = {}
-                ended: dict[str, float] = {}
-                states: dict[str, str] = {}
+                progress = GroupProgress(source_fires)
                 async for ev in stub.WatchGroup(pb.WatchGroupRequest(group=group.group)):
                     kind = ev.WhichOneof("kind")
                     now = time.monotonic() - t0
-                    if kind == "turn" and ev.turn.phase == "received":
-                        started.setdefault(ev.run, now)
+                    if kind == "fire":
+                        progress.fired(ev.run, ev.fire.event_id, now)
                     elif kind == "state" and ev.state.state not in (pb.PENDING, pb.RUNNING):
-                        ended[ev.run] = now
-                        states[ev.run] = pb.State.Name(ev.state.state)
+                        progress.ended(ev.run, pb.State.Name(ev.state.state), now)
                     if not args.json and kind in ("state", "turn"):
                         print(f"{now:7.1f}s {ev.run} {kind}", file=sys.stderr)
                 figures = await _trajectory_figures(stub, [r.name for r in group.runs], snap.journal_length)
@@ -90,15 +92,42 @@ async def bench_rollouts(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.shield(reap_daemon_sandboxes(state))
     return {
         "group_size": k,
-        "runs_succeeded": sum(s == "SUCCEEDED" for s in states.values()),
-        "run_states": dict(Counter(states.values())),
-        "branch_s": round(max(started.values()), 2) if len(started) == k else None,
-        "group_wall_s": round(max(ended.values()), 2) if ended else None,
+        **progress.figures(k),
         **figures,
         "export_valid": export_valid,
         "export_checked_by": checked_by,
         "exports": exports,
     }
+
+
+class GroupProgress:
+    """When each run of a group was running on its own and when it ended, in wall
+    seconds from the BranchRun call (as WatchGroup's events arrive)."""
+
+    def __init__(self, source_fires: set[str]) -> None:
+        self.source_fires = source_fires
+        """Events the source fired before the snapshot: a branch holds them, never fires them."""
+        self.started: dict[str, float] = {}
+        self.ended_at: dict[str, float] = {}
+        self.states: dict[str, str] = {}
+
+    def fired(self, run: str, event_id: str, now: float) -> None:
+        if event_id not in self.source_fires:
+            self.started.setdefault(run, now)
+
+    def ended(self, run: str, state: str, now: float) -> None:
+        self.ended_at[run] = now
+        self.states[run] = state
+
+    def figures(self, k: int) -> dict[str, Any]:
+        """``branch_s`` is None unless all ``k`` runs got running (a run that failed
+        before its first event of its own leaves no time to report)."""
+        return {
+            "runs_succeeded": sum(s == "SUCCEEDED" for s in self.states.values()),
+            "run_states": dict(Counter(self.states.values())),
+            "branch_s": round(max(self.started.values()), 2) if len(self.started) == k else None,
+            "group_wall_s": round(max(self.ended_at.values()), 2) if len(self.ended_at) == k else None,
+        }
 
 
 async def _trajectory_figures(stub: Any, names: list[str], prefix_events: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from sclate_api.v1 import sclate_pb2 as pb
 
-from sclated.bench._rollouts import _exports, _trajectory_figures
+from sclated.bench._rollouts import GroupProgress, _exports, _trajectory_figures
 from tests.capture.test_trainer_exports import group_file
 
 
@@ -63,3 +63,20 @@ async def test_export_valid_comes_from_the_trainers_own_validation(tmp_path: Pat
     assert not valid, detail
     valid, _, detail = await _exports(StubDouble({}, {"skyrl": b"", "verl": b""}), "g3", tmp_path)
     assert not valid and detail["skyrl"]["rows"] == 0
+
+
+def test_a_branch_runs_once_it_fires_an_event_the_source_did_not() -> None:
+    progress = GroupProgress({"day01/r1", "day02/r1"})
+    progress.fired("runs/g-0", "day02/r1", 0.5)  # the snapshot's own event: not yet running
+    progress.fired("runs/g-0", "day02/r2", 3.0)
+    progress.fired("runs/g-1", "day02/r2", 4.0)
+    progress.fired("runs/g-0", "day03/r1", 9.0)  # later fires change nothing
+    progress.ended("runs/g-0", "SUCCEEDED", 20.0)
+    progress.ended("runs/g-1", "FAILED", 25.0)
+    figures = progress.figures(2)
+    assert figures["branch_s"] == 4.0 and figures["group_wall_s"] == 25.0
+    assert figures["runs_succeeded"] == 1 and figures["run_states"] == {"SUCCEEDED": 1, "FAILED": 1}
+    # A run that never got running leaves branch_s unknown, not the others' maximum.
+    assert GroupProgress(set()).figures(1)["branch_s"] is None
+    progress.fired("runs/g-2", "day01/r1", 1.0)
+    assert progress.figures(3)["branch_s"] is None
