@@ -301,4 +301,5 @@ def snapshot_to_proto(view: SnapshotView) -> pb.Snapshot:
         create_time=_ts(view.create_ns),
         journal_length=view.journal_length,
         image=view.image,
+        session_saved=view.agent_state,
     )

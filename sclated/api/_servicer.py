@@ -98,7 +98,9 @@ class SclateServicer(pb_grpc.SclateServicer):
             yield event_to_proto(ev, request.name)
 
     async def SaveSnapshot(self, request: pb.SaveSnapshotRequest, context: grpc.aio.ServicerContext) -> pb.Snapshot:
-        view = await self._runs.save_snapshot(current_tenant.get(), request.run, request.snapshot_id)
+        view = await self._runs.save_snapshot(
+            current_tenant.get(), request.run, request.snapshot_id, at_turn_boundary=request.at_turn_boundary
+        )
         return snapshot_to_proto(view)
 
     async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context: grpc.aio.ServicerContext) -> pb.Run:

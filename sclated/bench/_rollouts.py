@@ -2,7 +2,8 @@
 
 A fresh daemon process runs the ``tiny`` MetaClaw scenario with the reference
 harness against the embedded model; once the first round of day 2 has ended, a
-snapshot is saved and the source cancelled; then ``BranchRun`` makes K runs
+snapshot is saved at the next turn boundary (with the harness's session:
+``snapshot_session_saved``) and the source cancelled; then ``BranchRun`` makes K runs
 (default 8) from it, which run concurrently under the daemon's admission. The
 figures:
 
@@ -71,7 +72,11 @@ async def bench_rollouts(args: argparse.Namespace) -> dict[str, Any]:
                         break
                     if kind == "state" and ev.state.state not in (pb.PENDING, pb.RUNNING):
                         raise RuntimeError(f"the source run ended before day 2: {ev.state.reason}")
-                snap = await stub.SaveSnapshot(pb.SaveSnapshotRequest(run=src.name, snapshot_id="day02"))
+                # At a turn boundary: the harness's session is in the snapshot, so every branch
+                # continues the same conversation (the group's shared prompt state).
+                snap = await stub.SaveSnapshot(
+                    pb.SaveSnapshotRequest(run=src.name, snapshot_id="day02", at_turn_boundary=True)
+                )
                 await stub.CancelRun(pb.CancelRunRequest(name=src.name))
                 t0 = time.monotonic()
                 group = await stub.BranchRun(pb.BranchRunRequest(snapshot=snap.name, count=k, group_id="rollouts"))
@@ -94,6 +99,7 @@ async def bench_rollouts(args: argparse.Namespace) -> dict[str, Any]:
         "group_size": k,
         **progress.figures(k),
         **figures,
+        "snapshot_session_saved": snap.session_saved,
         "export_valid": export_valid,
         "export_checked_by": checked_by,
         "exports": exports,

@@ -509,7 +509,10 @@ class RunManager:
         self._admit()
 
     # -- snapshots ---------------------------------------------------------------------------
-    async def save_snapshot(self, tenant: str, run_name: str, snapshot_id: str = "") -> SnapshotView:
+    async def save_snapshot(
+        self, tenant: str, run_name: str, snapshot_id: str = "", *, at_turn_boundary: bool = False
+    ) -> SnapshotView:
+        """A snapshot of a RUNNING run; ``at_turn_boundary``: after the turn in flight, so the session is in it."""
         row = await self._get_row(tenant, run_name, "run")
         live = self._live.get(row.name)
         if row.state != "RUNNING" or live is None or live.worker is None:
@@ -517,7 +520,9 @@ class RunManager:
                 f"run {run_name!r} is {row.state}; snapshots are taken of RUNNING runs",
                 reason="RUN_NOT_RUNNING",
             )
-        return await self.snapshots.save(live.key, row.tenant, live.worker, snapshot_id)
+        return await self.snapshots.save(
+            live.key, row.tenant, live.worker, snapshot_id, at_turn_boundary=at_turn_boundary
+        )
 
     async def list_snapshots(self, tenant: str, run_name: str) -> list[SnapshotView]:
         row = await self._get_row(tenant, run_name, "run")

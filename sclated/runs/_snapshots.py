@@ -145,13 +145,16 @@ class Snapshots:
         return self._runs_dir / run_key / "snapshots" / snapshot_id
 
     # -- save ------------------------------------------------------------------------
-    async def save(self, run_key: str, tenant: str, worker: RunWorker, snapshot_id: str = "") -> SnapshotView:
-        """Snapshot a running run; ``snapshot_id`` empty: one is made up."""
+    async def save(
+        self, run_key: str, tenant: str, worker: RunWorker, snapshot_id: str = "", *, at_turn_boundary: bool = False
+    ) -> SnapshotView:
+        """Snapshot a running run; ``snapshot_id`` empty: one is made up. ``at_turn_boundary``:
+        wait for the agent's turn in flight to end, so its session is saved (see ``RunWorker.capture``)."""
         if snapshot_id:
             validate_run_id(snapshot_id, "snapshot_id")
         else:
             snapshot_id = f"snap-{uuid.uuid4().hex[:12]}"
-        return await self._take(run_key, tenant, worker, snapshot_id)
+        return await self._take(run_key, tenant, worker, snapshot_id, at_turn_boundary=at_turn_boundary)
 
     async def on_effect(self, run_key: str, tenant: str, worker: RunWorker, label: str, seq: int) -> None:
         """A scenario's SaveSnapshot effect: named by its label, else by the fire's journal position.
@@ -168,7 +171,9 @@ class Snapshots:
         view = await self._take(run_key, tenant, worker, snapshot_id)
         log.info("run %s: scenario snapshot %s at journal position %d", run_key, view.name, view.journal_length)
 
-    async def _take(self, key: str, tenant: str, worker: RunWorker, snapshot_id: str) -> SnapshotView:
+    async def _take(
+        self, key: str, tenant: str, worker: RunWorker, snapshot_id: str, *, at_turn_boundary: bool = False
+    ) -> SnapshotView:
         store = self._store
         name = _store_name(key, snapshot_id)
         dest = self._dir(key, snapshot_id)
@@ -189,7 +194,7 @@ class Snapshots:
 
             sandbox: dict[str, Any] | None = None
             try:
-                cap = await worker.capture(dest, on_paused=paused)
+                cap = await worker.capture(dest, on_paused=paused, at_turn_boundary=at_turn_boundary)
                 sandbox = cap.sandbox
                 await self._flush()
                 journal = [e for e in await store.journal(key) if int(e["seq"]) < cap.journal_length]

@@ -789,7 +789,9 @@ class RunWorker:
         if self.on_restored is not None:
             await self.on_restored()
 
-    async def capture(self, dest: Path, on_paused: Callable[[], Awaitable[None]] | None = None) -> Capture:
+    async def capture(
+        self, dest: Path, on_paused: Callable[[], Awaitable[None]] | None = None, *, at_turn_boundary: bool = False
+    ) -> Capture:
         """Save the running agent into ``dest`` and say which journal prefix goes with it.
 
         A sandboxed agent (one with ``snapshot``) is frozen, committed and its
@@ -800,6 +802,8 @@ class RunWorker:
         is in flight, and then no turn starts until the snapshot is done: a turn
         in flight has no ``turn_end`` in the prefix, so a restored run delivers
         it again to an agent that starts a fresh session, as a resumed run does.
+        With ``at_turn_boundary`` the snapshot waits for the turn in flight (and any
+        already waiting for the agent) to end instead, so the session is always saved.
         """
         loop = self.loop
         if loop is None or not self._agent_ready:
@@ -815,10 +819,15 @@ class RunWorker:
             if on_paused is not None:
                 await on_paused()
 
-        idle = not self._turn_lock.locked()
+        idle = at_turn_boundary or not self._turn_lock.locked()
         async with contextlib.AsyncExitStack() as hold:
             if idle:
                 await hold.enter_async_context(self._turn_lock)
+                if not self._agent_ready:
+                    raise FailedPrecondition(
+                        f"run {self.name!r} ended while its snapshot waited for the turn in flight",
+                        reason="RUN_NOT_READY",
+                    )
             sandbox: dict[str, Any] | None = None
             files = self.agent.files
             if files is not None:

@@ -94,6 +94,34 @@ async def test_branch_from_a_mid_run_snapshot_finishes_like_an_uninterrupted_run
     assert not (await api.stub.ListSnapshots(pb.ListSnapshotsRequest(run=branch.name))).snapshots
 
 
+async def test_a_snapshot_at_a_turn_boundary_waits_for_the_turn_and_keeps_the_session(api: Api) -> None:
+    # A snapshot taken while a turn is in flight cannot hold the agent's session (its
+    # branches start a fresh one); at_turn_boundary waits for the turn to end instead.
+    run = await _run_id(api, "busy", days=1, events=2, turn_ms=3000)
+    async for ev in api.stub.WatchRun(pb.WatchRunRequest(name=run.name), metadata=api.md()):
+        if ev.WhichOneof("kind") == "fire" and "deliver_prompt" in ev.fire.effects:
+            break
+    busy = await api.stub.SaveSnapshot(pb.SaveSnapshotRequest(run=run.name, snapshot_id="busy"), metadata=api.md())
+    assert not busy.session_saved
+    boundary = await api.stub.SaveSnapshot(
+        pb.SaveSnapshotRequest(run=run.name, snapshot_id="boundary", at_turn_boundary=True), metadata=api.md()
+    )
+    assert boundary.session_saved
+    # It came after the turn that was in flight ended: that turn's end is in its journal prefix.
+    journal = await _journal(api, "local/busy")
+    ends = [e for e in journal[: boundary.journal_length] if '"turn_end"' in json.dumps(e)]
+    assert ends and not [e for e in journal[: busy.journal_length] if '"turn_end"' in json.dumps(e)]
+    listed = await api.stub.ListSnapshots(pb.ListSnapshotsRequest(run=run.name), metadata=api.md())
+    assert [(x.name.rsplit("/", 1)[1], x.session_saved) for x in listed.snapshots] == [
+        ("busy", False),
+        ("boundary", True),
+    ]
+    branch = await api.stub.RestoreSnapshot(
+        pb.RestoreSnapshotRequest(snapshot=boundary.name, new_run_id="busy-br"), metadata=api.md()
+    )
+    assert (await _finish(api, branch.name)).state == pb.SUCCEEDED
+
+
 async def test_restore_into_its_own_run_after_cancel_and_after_failure(api: Api) -> None:
     run = await _run_id(api, "own", **SLOW)
     snap = await _snapshot_after_first_verdict(api, run, "s1")
@@ -231,9 +259,10 @@ async def test_cli_snapshot_snapshots_restore(api: Api, capsys: pytest.CaptureFi
     async for ev in api.stub.WatchRun(pb.WatchRunRequest(name=run.name)):
         if ev.WhichOneof("kind") == "verdict":
             break
-    assert await _cli(api, "runs", "snapshot", "clirun", "--id", "c1", "-o", "json") == 0
+    assert await _cli(api, "runs", "snapshot", "clirun", "--id", "c1", "--at-turn-boundary", "-o", "json") == 0
     saved = json.loads(capsys.readouterr().out)["snapshots"]
     assert [s["name"] for s in saved] == ["runs/clirun/snapshots/c1"] and int(saved[0]["journal_length"]) > 0
+    assert saved[0]["session_saved"] is True
     assert await _cli(api, "runs", "snapshots", "clirun", "-o", "json") == 0
     assert json.loads(capsys.readouterr().out)["snapshots"] == saved
     assert await _cli(api, "runs", "snapshots", "clirun") == 0

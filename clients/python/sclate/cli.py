@@ -463,13 +463,14 @@ def _show_snapshots(snaps: Sequence[Any], output: str) -> None:
     from rich.console import Console
     from rich.table import Column, Table
 
-    t = Table(Column("name", no_wrap=True), "sim time", "created", "journal", "image")
+    t = Table(Column("name", no_wrap=True), "sim time", "created", "journal", "session", "image")
     for s in snaps:
         t.add_row(
             s.name,
             s.sim_time.ToDatetime(tzinfo=dt.UTC).isoformat(timespec="seconds"),
             s.create_time.ToDatetime(tzinfo=dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
             str(s.journal_length),
+            "saved" if s.session_saved else "fresh",
             s.image or "-",
         )
     Console().print(t)
@@ -480,8 +481,10 @@ def cmd_runs_snapshot(args: argparse.Namespace, client: Client) -> int:
 
     snap = client.call(
         "SaveSnapshot",
-        pb.SaveSnapshotRequest(run=_run_name(args.name), snapshot_id=args.id or ""),
-        timeout=600,
+        pb.SaveSnapshotRequest(
+            run=_run_name(args.name), snapshot_id=args.id or "", at_turn_boundary=args.at_turn_boundary
+        ),
+        timeout=args.timeout,
     )
     _show_snapshots([snap], args.output)
     return 0
@@ -544,6 +547,13 @@ def _add_snapshot_commands(runs: Any) -> None:
     sn = runs.add_parser("snapshot", help="save a snapshot of a RUNNING run")
     sn.add_argument("name")
     sn.add_argument("--id", help="snapshot id (default: a fresh one)")
+    sn.add_argument(
+        "--at-turn-boundary",
+        action="store_true",
+        help="wait for the agent's turn in flight to end, so the session is saved with the snapshot "
+        "(branches continue the conversation instead of starting a fresh session)",
+    )
+    sn.add_argument("--timeout", type=float, default=600, help="seconds to wait for the snapshot (default 600)")
     _add_output(sn)
     sn.set_defaults(func=cmd_runs_snapshot)
     sl = runs.add_parser("snapshots", help="list a run's snapshots")

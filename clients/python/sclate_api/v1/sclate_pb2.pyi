@@ -571,26 +571,30 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
 
 class Snapshot(_message.Message):
-    __slots__ = ("name", "sim_time", "create_time", "journal_length", "image")
+    __slots__ = ("name", "sim_time", "create_time", "journal_length", "image", "session_saved")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SIM_TIME_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     JOURNAL_LENGTH_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_SAVED_FIELD_NUMBER: _ClassVar[int]
     name: str
     sim_time: _timestamp_pb2.Timestamp
     create_time: _timestamp_pb2.Timestamp
     journal_length: int
     image: str
-    def __init__(self, name: _Optional[str] = ..., sim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., journal_length: _Optional[int] = ..., image: _Optional[str] = ...) -> None: ...
+    session_saved: bool
+    def __init__(self, name: _Optional[str] = ..., sim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., journal_length: _Optional[int] = ..., image: _Optional[str] = ..., session_saved: _Optional[bool] = ...) -> None: ...
 
 class SaveSnapshotRequest(_message.Message):
-    __slots__ = ("run", "snapshot_id")
+    __slots__ = ("run", "snapshot_id", "at_turn_boundary")
     RUN_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_TURN_BOUNDARY_FIELD_NUMBER: _ClassVar[int]
     run: str
     snapshot_id: str
-    def __init__(self, run: _Optional[str] = ..., snapshot_id: _Optional[str] = ...) -> None: ...
+    at_turn_boundary: bool
+    def __init__(self, run: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., at_turn_boundary: _Optional[bool] = ...) -> None: ...
 
 class RestoreSnapshotRequest(_message.Message):
     __slots__ = ("snapshot", "new_run_id", "labels")
