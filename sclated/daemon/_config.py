@@ -21,7 +21,7 @@ from typing import Any
 from sclated.errors import ConfigError, InvalidArgument
 from sclated.runs import validate_tenant
 
-__all__ = ["DaemonConfig", "build_parser", "check_startup", "load_config", "tcp_listen_problem"]
+__all__ = ["DaemonConfig", "build_parser", "check_data_roots", "check_startup", "load_config", "tcp_listen_problem"]
 
 DEFAULT_PORT = 7431
 
@@ -336,10 +336,10 @@ def check_startup(config: DaemonConfig) -> None:
         _check_unix_socket(socket_path)
     if config.ready_file is not None:
         _check_can_write_in(config.ready_file.parent, config.ready_file, "ready file", "ready_file")
-    _check_data_roots(config)
+    check_data_roots(config)
 
 
-def _check_data_roots(config: DaemonConfig) -> None:
+def check_data_roots(config: DaemonConfig) -> None:
     """Each configured root is a directory (after symlinks), and none hands out the state
     directory: a root inside it must be inside its ``data``."""
     state = Path(os.path.realpath(config.state_dir))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sclated.daemon import DaemonConfig, build_parser, check_startup, data_roots_for, load_config
+from sclated.doctor import check_data_roots_in_effect
 from sclated.runs import default_registry
 
 
@@ -65,3 +66,37 @@ def test_a_root_may_be_a_symlink_and_may_hold_the_state_directory(tmp_path: Path
     assert roots.default == (real, tmp_path, state / "data")
     assert state in roots.fences
     assert roots.resolve(str(tmp_path / "link" / "x"), "local", "f") == real / "x"
+
+
+def test_the_doctor_reports_the_roots_in_effect(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    config = tmp_path / "sclated.toml"
+    config.write_text(
+        f'state_dir = "{tmp_path / "state"}"\ndata_roots = ["{shared}"]\n[tenant_data_roots]\nalice = ["{shared}"]\n'
+    )
+    check, roots = check_data_roots_in_effect(config)
+    assert check.ok and str(shared) in check.detail
+    assert roots is not None
+    assert roots["default"] == [str(shared)] and roots["tenants"] == {"alice": [str(shared)]}
+    assert str(tmp_path / "state") in roots["never"] and roots["builtin"]
+    # Only a state directory: its data/ is the root.
+    check, roots = check_data_roots_in_effect(state_dir=tmp_path / "state")
+    assert check.ok and roots is not None and roots["default"] == [str(tmp_path / "state" / "data")]
+    # A root the daemon would refuse to start with fails the check, naming it.
+    check, roots = check_data_roots_in_effect(state_dir=tmp_path / "state", data_roots=[tmp_path / "missing"])
+    assert not check.ok and roots is None
+    assert check.detail == f"{tmp_path / 'missing'}: the data root does not exist"
+
+
+def test_the_example_configuration_parses_with_its_roots_uncommented(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "systemd" / "sclated.toml"
+    text = example.read_text().replace("/var/lib/sclated", str(tmp_path / "state"))
+    for commented in ("# data_roots =", "# [tenant_data_roots]", "# alice ="):
+        assert commented in text
+        text = text.replace(commented, commented[2:])
+    config = tmp_path / "sclated.toml"
+    config.write_text(text)
+    cfg = _load("--config", str(config))
+    assert cfg.data_roots == (Path("/work/shared/data"),)
+    assert cfg.tenant_data_roots == {"alice": (Path("/srv/sclate/alice"),)}
