@@ -385,6 +385,12 @@ class Daemon:
             steps.push("watchdog", self._stop_watchdog)
 
         log.info("sclated serving on tcp=%s unix=%s state=%s", self.tcp_address, self.unix_path, cfg.state_dir)
+        roots = self.data_roots.describe()
+        log.info(
+            "data roots: %s%s",
+            ", ".join(roots["default"]),
+            "".join(f"; tenant {t}: {', '.join(r)}" for t, r in roots["tenants"].items()),
+        )
 
     def _announce_stopping(self) -> None:
         notify("STOPPING=1")

@@ -238,3 +238,32 @@ async def test_narrowed_roots_refuse_a_resume_and_fail_a_restarted_run(site: Sit
         assert events[-1].state.state == pb.FAILED
         assert events[-1].state.reason.startswith("run.benchmark.data_dir is outside the data roots")
         assert str(site.old) not in events[-1].state.reason
+
+
+async def test_narrowed_roots_refuse_a_branch_and_a_restore(site: Site) -> None:
+    async for c in _serving(site.config()):
+        req = synthetic_request(run_id="source", days=3, events=2, turn_ms=250)
+        req.run.benchmark.name = "synthetic-data"
+        req.run.benchmark.data_dir = str(site.old)
+        run = await c.stub.CreateRun(req, metadata=c.md("bob"))
+        snapshot = ""
+        async for ev in c.stub.WatchRun(pb.WatchRunRequest(name=run.name), metadata=c.md("bob")):
+            if ev.WhichOneof("kind") == "verdict" and not snapshot:
+                saved = await c.stub.SaveSnapshot(
+                    pb.SaveSnapshotRequest(run=run.name, snapshot_id="mid"), metadata=c.md("bob")
+                )
+                snapshot = saved.name
+        assert snapshot
+    async for c in _serving(site.config(narrowed=True)):
+        for call in (
+            c.stub.BranchRun(pb.BranchRunRequest(snapshot=snapshot, count=2, group_id="g1"), metadata=c.md("bob")),
+            c.stub.RestoreSnapshot(
+                pb.RestoreSnapshotRequest(snapshot=snapshot, new_run_id="copy"), metadata=c.md("bob")
+            ),
+            c.stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot=snapshot), metadata=c.md("bob")),
+        ):
+            err = await expect_error(call, grpc.StatusCode.PERMISSION_DENIED)
+            assert err["sclate-field"] == "run.benchmark.data_dir"
+        assert await c.names("bob") == [run.name]
+        got = await c.stub.GetRun(pb.GetRunRequest(name=run.name), metadata=c.md("bob"))
+        assert got.state == pb.SUCCEEDED
