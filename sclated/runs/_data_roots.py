@@ -14,8 +14,17 @@ the roots the operator gave the run's tenant:
   root that holds a path wins; a root inside a fence wins over it, which is how
   ``<state_dir>/data`` is a root while the rest of the state directory is not.
 
-A path that is not allowed gets one message naming the field, the same
-whether it exists or not: nothing is stat'ed, read or echoed for it.
+A path must be absolute and written inside a root (under the name the
+operator gave it or its resolved one): one written elsewhere is refused before
+anything looks at the disk, and one written inside is then resolved with
+symlinks (``os.path.realpath``, as the kernel will follow them) and must still
+be inside. A path that is not allowed gets one message naming the field, the
+same whether it exists or not: nothing is read or echoed for it.
+
+Files the operator put inside a root are trusted as they are: a symlink deep
+in a data directory that points elsewhere is followed when the adapter reads
+the file (what is checked is the path the run names, and the files options
+name inside ``data_dir``).
 """
 
 from __future__ import annotations
