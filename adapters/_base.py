@@ -74,6 +74,16 @@ class BenchmarkInfo:
     data_format: str
     """Which upstream layout ``data_dir`` must have."""
     builtin_scenarios: tuple[str, ...] = ()
+    path_options: frozenset[str] = frozenset()
+    """Options whose value is a path on the daemon's host (absolute). The daemon confines
+    them, and ``data_dir``, to the data roots it gives the run's tenant before ``load``
+    sees them: an adapter reads a path option only if it is declared here."""
+    data_file_options: frozenset[str] = frozenset()
+    """Options naming a file inside ``data_dir`` (or inside the built-in scenario's folder
+    when there is none): a relative path without ``..``, or an absolute path confined
+    like a path option."""
+    builtin_data: tuple[Path, ...] = ()
+    """The folders of the adapter's own scenarios: every tenant may read them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -725,6 +735,9 @@ class HarnessDeclaration:
     """Its session state and memory files: what snapshots and branches keep."""
     options: frozenset[str] = frozenset()
     """The run options it accepts (validated by ``SandboxHarness`` construction)."""
+    path_options: frozenset[str] = frozenset()
+    """Those of ``options`` that are paths on the daemon's host: the daemon confines them
+    to the tenant's data roots (see ``BenchmarkInfo.path_options``). None today."""
     memory_systems: tuple[str, ...] = ("native",)
     workspace_memory: tuple[str, ...] = ()
     """Names in ``/workspace`` that are the harness's own memory (OpenClaw's ``MEMORY.md``

@@ -3,8 +3,11 @@
 Checks the container engine, the images, simulated time inside a sandbox (the
 runtime's checks), then the model endpoint (a real chat call returning token
 ids) and the capture proxy (mitmdump with the capture addon in front of that
-endpoint, the record arriving on a control socket). Prints a table, or JSON
-with ``--json``; exits non-zero on any failure, each saying what to do.
+endpoint, the record arriving on a control socket), and the data roots the
+daemon's configuration gives (``--config``, or ``--state-dir`` and the roots'
+flags): the host paths runs may name. Prints a table, or JSON with ``--json``
+(``data_roots`` there lists them); exits non-zero on any failure, each saying
+what to do.
 """
 
 from __future__ import annotations
@@ -30,7 +33,18 @@ from sclated.model import EmbeddedModel
 from sclated.runtime import Check, run_doctor
 from sclated.sandbox import ControlServer
 
-__all__ = ["EMBEDDED_FIX", "check_embedded_model", "check_model", "check_proxy", "run_doctor_cli"]
+__all__ = [
+    "EMBEDDED_FIX",
+    "SYSTEM_CONFIG",
+    "check_data_roots_in_effect",
+    "check_embedded_model",
+    "check_model",
+    "check_proxy",
+    "run_doctor_cli",
+]
+
+SYSTEM_CONFIG = Path("/etc/sclated/sclated.toml")
+"""The packaged daemon's configuration (systemd/sclated.service), read when no other is given."""
 
 
 def _free_port() -> int:
@@ -230,19 +244,62 @@ async def _all(model_url: str | None, skip_runtime: bool) -> list[Check]:
     return checks
 
 
+def check_data_roots_in_effect(
+    config: Path | None = None,
+    state_dir: Path | None = None,
+    data_roots: list[Path] | None = None,
+    tenant_data_roots: list[str] | None = None,
+) -> tuple[Check, dict[str, Any] | None]:
+    """The data roots a daemon with this configuration confines runs to (None: no configuration
+    given, and none at :data:`SYSTEM_CONFIG`); the check fails if the daemon would refuse them."""
+    from sclated.daemon import build_parser, check_data_roots, data_roots_for, load_config
+    from sclated.errors import ConfigError
+    from sclated.runs import default_registry
+
+    name = "data roots"
+    if config is None and state_dir is None and not data_roots and not tenant_data_roots:
+        if not SYSTEM_CONFIG.is_file():
+            return Check(name, True, "no daemon configuration given (--config, or --state-dir): not checked"), None
+        config = SYSTEM_CONFIG
+    args = build_parser().parse_args([])
+    args.config, args.state_dir = config, state_dir
+    args.data_roots, args.tenant_data_roots = data_roots, tenant_data_roots
+    fix = "fix data_roots / tenant_data_roots in the daemon's configuration (each an existing directory)"
+    try:
+        cfg = load_config(args)
+        check_data_roots(cfg)
+    except ConfigError as exc:
+        return Check(name, False, exc.message, fix), None
+    roots = data_roots_for(cfg, default_registry().builtin_data())
+    described = roots.describe()
+    detail = ", ".join(described["default"])
+    if described["tenants"]:
+        detail += f"; own roots for {', '.join(described['tenants'])}"
+    return Check(name, True, f"runs may name paths in {detail} (and the benchmarks' built-in data)"), described
+
+
 def run_doctor_cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="sclated doctor", description=__doc__)
     p.add_argument("--json", action="store_true")
     p.add_argument("--model-url", help="check this endpoint instead of starting the embedded model")
     p.add_argument("--skip-runtime", action="store_true", help="only the model and proxy checks")
+    p.add_argument(
+        "--config", type=Path, help=f"the daemon's configuration, for its data roots (default {SYSTEM_CONFIG} if any)"
+    )
+    p.add_argument("--state-dir", type=Path, help="the daemon's state directory (its default data root is data/ in it)")
+    p.add_argument("--data-root", dest="data_roots", action="append", type=Path, metavar="DIR")
+    p.add_argument("--tenant-data-root", dest="tenant_data_roots", action="append", metavar="TENANT=DIR")
     args = p.parse_args(argv)
     from adapters.harnesses import register_harness_images
 
     register_harness_images()
-    checks = asyncio.run(_all(args.model_url, args.skip_runtime))
+    roots_check, roots = check_data_roots_in_effect(
+        args.config, args.state_dir, args.data_roots, args.tenant_data_roots
+    )
+    checks = [*asyncio.run(_all(args.model_url, args.skip_runtime)), roots_check]
     failed = [c for c in checks if not c.ok]
     if args.json:
-        print(json.dumps({"ok": not failed, "checks": [c.__dict__ for c in checks]}))
+        print(json.dumps({"ok": not failed, "checks": [c.__dict__ for c in checks], "data_roots": roots}))
     else:
         from rich.console import Console
         from rich.table import Table

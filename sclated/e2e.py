@@ -86,11 +86,14 @@ async def _ensure_images(progress: Progress) -> None:
         progress(f"images: {b.ref} {'built' if b.built else 'present'}")
 
 
-async def _start_daemon(state_dir: Path, progress: Progress) -> tuple[asyncio.subprocess.Process, str]:
-    from sclated.bench import start_daemon_process
+async def _start_daemon(
+    state_dir: Path, progress: Progress, data_dir: Path | None = None
+) -> tuple[asyncio.subprocess.Process, str]:
+    from sclated.bench import data_root_args, start_daemon_process
 
     progress(f"daemon: starting sclated (state in {state_dir})")
-    proc, ready = await start_daemon_process(state_dir, "--drain-grace-s", "5")
+    # The data directory is the daemon's data root: it reads no host path outside its roots.
+    proc, ready = await start_daemon_process(state_dir, "--drain-grace-s", "5", *data_root_args(data_dir))
     progress(f"daemon: serving on {ready['tcp']} and {ready['unix']}")
     return proc, str(ready["tcp"])
 
@@ -116,7 +119,7 @@ async def run_e2e(
     state_dir = out_dir / "state"
     await _check_model(model_url, out_dir, progress)
     await _ensure_images(progress)
-    proc, addr = await _start_daemon(state_dir, progress)
+    proc, addr = await _start_daemon(state_dir, progress, data_dir)
     t0 = time.monotonic()
     try:
         async with grpc.aio.insecure_channel(addr) as channel:

@@ -8,6 +8,7 @@ The tree::
     │   ├── ExportContractError    trainer rows that break their own contract
     │   └── ConfigError            a daemon set-up it cannot start with: names the file (and line)
     ├── NotFound                   a resource that does not exist (or belongs to another tenant)
+    ├── PermissionDenied           a host path outside the data roots the daemon gives the tenant
     ├── AlreadyExists              a resource name already taken
     ├── FailedPrecondition         the resource is in the wrong state for the call
     ├── Unauthenticated            missing or unknown credentials
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidArgument",
     "ModelUnavailable",
     "NotFound",
+    "PermissionDenied",
     "ResourceExhausted",
     "RuntimeUnavailable",
     "ScheduleError",
@@ -105,6 +107,15 @@ class ConfigError(InvalidArgument):
 
 class NotFound(SclateError):
     default_reason = "NOT_FOUND"
+
+
+class PermissionDenied(SclateError):
+    """The caller may not use what it named (a host path outside its data roots).
+
+    The message names the field, never what is at the path: it reads the same
+    whether the path exists or not."""
+
+    default_reason = "PERMISSION_DENIED"
 
 
 class AlreadyExists(SclateError):

@@ -389,6 +389,7 @@ class Gaia2Benchmark:
             data_format="ARE export JSON (version are_simulation_v1), one scenario per file: "
             "--data-dir DIR with --scenario FILE_STEM (or a directory of one file)",
             builtin_scenarios=(*ARE_SCENARIOS, *own),
+            builtin_data=(_OWN,),
         )
 
     def load(self, config: ScenarioConfig) -> Gaia2Scenario:

@@ -74,6 +74,8 @@ class LongMemEvalBenchmark:
                 "answer_session_ids), e.g. longmemeval_s.json"
             ),
             builtin_scenarios=BUILTIN_SCENARIOS,
+            data_file_options=frozenset({"file"}),
+            builtin_data=(_SCENARIOS_DIR,),
         )
 
     def _raw_items(self, config: ScenarioConfig) -> list[dict[str, Any]]:

@@ -64,6 +64,8 @@ __all__ = [
 _SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 _PROTOCOLS = ("continual", "upstream")
 BUILTIN_SCENARIOS: tuple[str, ...] = ("tiny",)
+PATH_OPTIONS = frozenset({"scripts_dir", "seed_dir"})
+"""Options that are host paths: ``seed_dir`` is written to (the day's seeds are laid out there)."""
 
 
 def _time_option(options: dict[str, Any], key: str, default: dt.time | None) -> dt.time | None:
@@ -95,6 +97,8 @@ class MetaClawBenchmark:
                 "openclaw_state/agents/<agent>/sessions/*.jsonl"
             ),
             builtin_scenarios=BUILTIN_SCENARIOS,
+            path_options=PATH_OPTIONS,
+            builtin_data=(_SCENARIOS_DIR,),
         )
 
     def load(self, config: ScenarioConfig) -> MetaClawScenario:

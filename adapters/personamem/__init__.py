@@ -120,6 +120,8 @@ class PersonaMemBenchmark:
                 "name other files; pick one context with option context=<id prefix> or subset=question ids"
             ),
             builtin_scenarios=BUILTIN_SCENARIOS,
+            data_file_options=frozenset({"questions_file", "contexts_file"}),
+            builtin_data=(SCENARIOS_DIR,),
         )
 
     def _files(self, config: ScenarioConfig) -> tuple[Path, Path]:

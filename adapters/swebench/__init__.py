@@ -49,6 +49,9 @@ __all__ = [
 
 OWN_INSTANCES = Path(__file__).resolve().parent / "own" / "instances.jsonl"
 _OPTIONS = frozenset({"file", "repo", "images", "per_day", "spacing_h", "hints", "test_cmd", "eval_timeout_s"})
+_PATH_OPTIONS = frozenset({"images"})
+"""A JSON file mapping instance ids to image names, anywhere in the tenant's data roots."""
+_DATA_FILE_OPTIONS = frozenset({"file"})
 _SWE_GYM_DROPPED = ("eval_script", "log_parser", "eval_type", "image", "environment_setup_commit", "difficulty")
 
 
@@ -97,6 +100,9 @@ class SWEBenchmark:
                     "images=FILE)"
                 ),
                 builtin_scenarios=("own",),
+                path_options=_PATH_OPTIONS,
+                data_file_options=_DATA_FILE_OPTIONS,
+                builtin_data=(OWN_INSTANCES.parent,),
             )
         return BenchmarkInfo(
             name="swegym",
@@ -111,6 +117,9 @@ class SWEBenchmark:
                 "--benchmark-option images=FILE)"
             ),
             builtin_scenarios=("own",),
+            path_options=_PATH_OPTIONS,
+            data_file_options=_DATA_FILE_OPTIONS,
+            builtin_data=(OWN_INSTANCES.parent,),
         )
 
     def _data_file(self, config: ScenarioConfig) -> Path:

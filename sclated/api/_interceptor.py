@@ -14,6 +14,7 @@ from sclated.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     SclateError,
     Unauthenticated,
@@ -27,6 +28,7 @@ log = logging.getLogger("sclated.api")
 _CODES: tuple[tuple[type[SclateError], grpc.StatusCode], ...] = (
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),

@@ -117,7 +117,7 @@ async def _one_run(args: argparse.Namespace, harness: str, continuation: bool | 
 
     from adapters.harnesses import HARNESSES
     from sclated.bench._cli import end_group
-    from sclated.bench._daemon import reap_daemon_sandboxes, start_daemon_process
+    from sclated.bench._daemon import data_root_args, reap_daemon_sandboxes, start_daemon_process
     from sclated.bench._harness import _BENCH_OPTIONS
     from sclated.model import TOKEN_CONTINUATION_ENV, continuation_from_env
 
@@ -136,7 +136,9 @@ async def _one_run(args: argparse.Namespace, harness: str, continuation: bool | 
         state.mkdir()
         (state / "daemon-id").write_text(f"bench-{os.getpid()}-{secrets.token_hex(3)}\n")
         # The daemon's embedded model (its child) inherits the flag from the environment.
-        proc, ready = await start_daemon_process(state, "--model-n-ctx", str(args.model_n_ctx))
+        proc, ready = await start_daemon_process(
+            state, "--model-n-ctx", str(args.model_n_ctx), *data_root_args(args.data_dir)
+        )
         try:
             async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
                 stub = pb_grpc.SclateStub(ch)

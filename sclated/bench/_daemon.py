@@ -30,7 +30,15 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench._cli import end_group, spawn
 
-__all__ = ["bench_daemon", "start_daemon_process"]
+__all__ = ["bench_daemon", "data_root_args", "start_daemon_process"]
+
+
+def data_root_args(*dirs: Path | None) -> tuple[str, ...]:
+    """``--data-root DIR`` for each data directory a bench's runs name: the daemon
+    reads no host path outside its data roots (the built-in scenarios are always in).
+    A data file (SWE-bench rows) gives its folder."""
+    roots = [d.resolve() for d in dirs if d is not None]
+    return tuple(arg for r in roots for arg in ("--data-root", str(r if r.is_dir() else r.parent)))
 
 
 async def start_daemon_process(

@@ -251,7 +251,7 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
 
     from adapters.harnesses import HARNESSES
     from sclated.bench._cli import end_group
-    from sclated.bench._daemon import reap_daemon_sandboxes, start_daemon_process
+    from sclated.bench._daemon import data_root_args, reap_daemon_sandboxes, start_daemon_process
     from sclated.store import Store
 
     harness = args.harness
@@ -267,7 +267,9 @@ async def bench_harness(args: argparse.Namespace) -> dict[str, Any]:
         # The daemon's id labels its sandboxes: named after this process, so what a
         # bench left behind is known as its own.
         (state / "daemon-id").write_text(f"bench-{os.getpid()}-{secrets.token_hex(3)}\n")
-        proc, ready = await start_daemon_process(state, "--model-n-ctx", str(args.model_n_ctx))
+        proc, ready = await start_daemon_process(
+            state, "--model-n-ctx", str(args.model_n_ctx), *data_root_args(args.data_dir)
+        )
         try:
             async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
                 stub = pb_grpc.SclateStub(ch)

@@ -12,13 +12,16 @@ import ssl
 import stat
 import tempfile
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
-from sclated.errors import ConfigError
+from sclated.errors import ConfigError, InvalidArgument
+from sclated.runs import validate_tenant
 
-__all__ = ["DaemonConfig", "build_parser", "check_startup", "load_config", "tcp_listen_problem"]
+__all__ = ["DaemonConfig", "build_parser", "check_data_roots", "check_startup", "load_config", "tcp_listen_problem"]
 
 DEFAULT_PORT = 7431
 
@@ -46,6 +49,18 @@ class DaemonConfig:
     """The embedded model's context in tokens; past the model's trained context
     its RoPE is stretched (YaRN). Harnesses such as OpenClaw and Hermes send
     prompts of 8-14k tokens; the KV cache costs ~23 kB per token for SmolLM2-135M."""
+    data_roots: tuple[Path, ...] = ()
+    """The directories whose files runs may name (``data_dir``, options that are paths);
+    empty: ``<state_dir>/data``. The benchmarks' built-in data is always readable, the
+    state directory never (but its ``data``). See sclated.runs.DataRoots."""
+    tenant_data_roots: Mapping[str, tuple[Path, ...]] = dataclass_field(default_factory=dict)
+    """A tenant's own roots: they replace ``data_roots`` for it, and no other tenant may
+    read inside them."""
+
+    @property
+    def effective_data_roots(self) -> tuple[Path, ...]:
+        """``data_roots``, or the default ``<state_dir>/data``."""
+        return self.data_roots or (self.state_dir / "data",)
 
     @property
     def unix_socket_path(self) -> Path | None:
@@ -85,6 +100,22 @@ class DaemonConfig:
             raise ConfigError(f"drain_grace_s must not be negative, got {self.drain_grace_s}", field="drain_grace_s")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"log_level {self.log_level!r} is not debug/info/warning/error", field="log_level")
+        for root in self.data_roots:
+            if not root.is_absolute():
+                raise ConfigError(f"data root {str(root)!r} is not an absolute path", field="data_roots")
+        for tenant, roots in self.tenant_data_roots.items():
+            try:
+                validate_tenant(tenant)
+            except InvalidArgument as exc:
+                raise ConfigError(exc.message, field="tenant_data_roots") from None
+            if not roots:
+                raise ConfigError(f"tenant {tenant!r} has an empty list of data roots", field="tenant_data_roots")
+            for root in roots:
+                if not root.is_absolute():
+                    raise ConfigError(
+                        f"data root {str(root)!r} of tenant {tenant!r} is not an absolute path",
+                        field="tenant_data_roots",
+                    )
         return self
 
 
@@ -109,6 +140,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "reports": (bool,),
     "model_n_ctx": (int,),
 }
+_PATH_LISTS = {"data_roots"}
+_TENANT_PATHS = {"tenant_data_roots"}
 _PATHS = {"state_dir", "tokens_file", "tls_cert", "tls_key", "ready_file"}
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
@@ -139,6 +172,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--model-n-ctx", type=int, help="the embedded model's context in tokens (default 8192; more is stretched)"
+    )
+    p.add_argument(
+        "--data-root",
+        dest="data_roots",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="a directory whose files runs may name (data_dir, path options); repeatable; default <state_dir>/data",
+    )
+    p.add_argument(
+        "--tenant-data-root",
+        dest="tenant_data_roots",
+        action="append",
+        metavar="TENANT=DIR",
+        help="a root of one tenant's own (replaces the --data-root ones for it); repeatable",
     )
     return p
 
@@ -227,6 +275,12 @@ def _key_line(text: str, key: str) -> int | None:
 
 def _checked(key: str, value: Any) -> Any:
     """``value`` for ``key`` if it has the key's type (a Path for a path key)."""
+    if key in _PATH_LISTS:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key} must be a list of paths, got {value!r}", field=key)
+        return tuple(_checked_path(key, v) for v in value)
+    if key in _TENANT_PATHS:
+        return _tenant_paths(key, value)
     if key in _PATHS:
         if isinstance(value, Path):
             return value
@@ -238,6 +292,33 @@ def _checked(key: str, value: Any) -> Any:
         names = " or ".join(_TYPE_NAMES[t] for t in expected)
         raise ConfigError(f"{key} must be {names}, got {value!r}", field=key)
     return value
+
+
+def _checked_path(key: str, value: Any) -> Path:
+    if isinstance(value, Path):
+        return value
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{key} must hold paths (non-empty strings), got {value!r}", field=key)
+    return Path(value)
+
+
+def _tenant_paths(key: str, value: Any) -> dict[str, tuple[Path, ...]]:
+    """A TOML table ``tenant = ["/dir", ...]``, or the flags' ``TENANT=DIR`` list."""
+    out: dict[str, tuple[Path, ...]] = {}
+    if isinstance(value, list | tuple):  # --tenant-data-root TENANT=DIR ...
+        for item in value:
+            tenant, sep, path = str(item).partition("=")
+            if not sep or not tenant or not path:
+                raise ConfigError(f"{key}: expected TENANT=DIR, got {item!r}", field=key)
+            out[tenant] = (*out.get(tenant, ()), Path(path))
+        return out
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key} must be a table of tenant = [paths], got {value!r}", field=key)
+    for tenant, paths in value.items():
+        if not isinstance(paths, list):
+            raise ConfigError(f"{key}.{tenant} must be a list of paths, got {paths!r}", field=key)
+        out[str(tenant)] = tuple(_checked_path(key, p) for p in paths)
+    return out
 
 
 # -- what the configuration points at -------------------------------------------------
@@ -255,6 +336,27 @@ def check_startup(config: DaemonConfig) -> None:
         _check_unix_socket(socket_path)
     if config.ready_file is not None:
         _check_can_write_in(config.ready_file.parent, config.ready_file, "ready file", "ready_file")
+    check_data_roots(config)
+
+
+def check_data_roots(config: DaemonConfig) -> None:
+    """Each configured root is a directory (after symlinks), and none hands out the state
+    directory: a root inside it must be inside its ``data``."""
+    state = Path(os.path.realpath(config.state_dir))
+    given = [(root, "data_roots") for root in config.data_roots]
+    given += [(root, "tenant_data_roots") for roots in config.tenant_data_roots.values() for root in roots]
+    for root, key in given:
+        if not root.is_dir():
+            problem = "does not exist" if not root.exists() else "is not a directory"
+            raise ConfigError(f"the data root {problem}", path=root, field=key)
+        real = Path(os.path.realpath(root))
+        if (real == state or state in real.parents) and not (real == state / "data" or state / "data" in real.parents):
+            raise ConfigError(
+                "the data root is inside the state directory (it holds every tenant's runs); "
+                f"put data in {state / 'data'} or outside it",
+                path=root,
+                field=key,
+            )
 
 
 def _check_can_write_in(directory: Path, path: Path, what: str, field: str) -> None:

@@ -46,6 +46,7 @@ from sclated.errors import ConfigError, SclateError
 from sclated.model import EmbeddedModel
 from sclated.runs import (
     JUDGE_MAX_TOKENS,
+    DataRoots,
     JudgeConfig,
     ManagerConfig,
     Registry,
@@ -58,7 +59,7 @@ from sclated.runtime import SnapshotInfo
 from sclated.sandbox import SandboxServices, short_sockets_dir
 from sclated.store import Store
 
-__all__ = ["Daemon", "ReadyFile", "Steps"]
+__all__ = ["Daemon", "ReadyFile", "Steps", "data_roots_for"]
 
 
 def _daemon_id(state_dir: Path) -> str:
@@ -74,6 +75,19 @@ def _daemon_id(state_dir: Path) -> str:
     tmp.write_text(ident + "\n")
     os.replace(tmp, path)
     return ident
+
+
+def data_roots_for(config: DaemonConfig, builtin: tuple[Path, ...]) -> DataRoots:
+    """The confinement of a daemon with ``config``: its roots, and fenced off, its state
+    directory (every tenant's runs), its sandboxes' sockets and its secrets."""
+    fences = [config.state_dir, short_sockets_dir(config.state_dir)]
+    fences += [p for p in (config.tokens_file, config.tls_cert, config.tls_key) if p is not None]
+    return DataRoots.build(
+        default=config.effective_data_roots,
+        tenants=config.tenant_data_roots,
+        builtin=builtin,
+        fences=fences,
+    )
 
 
 log = logging.getLogger("sclated")
@@ -186,9 +200,12 @@ class Daemon:
             model=EmbeddedModel(log_path=config.state_dir / "model-server.log", n_ctx=config.model_n_ctx),
             sockets_dir=short_sockets_dir(config.state_dir),
         )
+        registry = registry or default_registry(self.services)
+        self.data_roots = data_roots_for(config, registry.builtin_data())
+        """The host paths each tenant's runs may name."""
         self.manager = RunManager(
             self.store,
-            registry or default_registry(self.services),
+            registry,
             ManagerConfig(
                 max_running=config.max_running,
                 tenant_max_running=config.tenant_max_running,
@@ -196,6 +213,7 @@ class Daemon:
                 write_reports=config.reports,
             ),
             runs_dir=config.state_dir / "runs",
+            data_roots=self.data_roots,
         )
         self.manager.judge_factory = self._judge_for
         self.manager.on_delete = self._forget_run
@@ -262,6 +280,16 @@ class Daemon:
                 field="state_dir",
             ) from None
         self.services.daemon_id = self.daemon_id
+        if not cfg.data_roots:
+            # The default data root: where an operator drops data for every tenant.
+            try:
+                (cfg.state_dir / "data").mkdir(exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot create the default data root: {exc.strerror or exc}",
+                    path=cfg.state_dir / "data",
+                    field="data_roots",
+                ) from None
 
         # The ready file is claimed first so that it goes last.
         if self.ready_file is not None:
@@ -357,6 +385,12 @@ class Daemon:
             steps.push("watchdog", self._stop_watchdog)
 
         log.info("sclated serving on tcp=%s unix=%s state=%s", self.tcp_address, self.unix_path, cfg.state_dir)
+        roots = self.data_roots.describe()
+        log.info(
+            "data roots: %s%s",
+            ", ".join(roots["default"]),
+            "".join(f"; tenant {t}: {', '.join(r)}" for t, r in roots["tenants"].items()),
+        )
 
     def _announce_stopping(self) -> None:
         notify("STOPPING=1")
@@ -409,9 +443,7 @@ class Daemon:
         embedded_url = self.services.model.url
 
         async def judge(prompt: str, *, max_tokens: int | None = None) -> JudgeReply:
-            return await ask_judge(
-                config, prompt, embedded_url=embedded_url, max_tokens=max_tokens or JUDGE_MAX_TOKENS
-            )
+            return await ask_judge(config, prompt, embedded_url=embedded_url, max_tokens=max_tokens or JUDGE_MAX_TOKENS)
 
         return judge
 

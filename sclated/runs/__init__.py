@@ -1,6 +1,7 @@
 """Runs: a scheduler and a clock driven together, effects handed to executors,
 many runs managed durably in one daemon."""
 
+from sclated.runs._data_roots import DataRoots
 from sclated.runs._judge import JUDGE_MAX_TOKENS, JudgeConfig, ask_judge
 from sclated.runs._loop import EffectExecutor, RunLoop, RunObserver, RunSummary, Turn
 from sclated.runs._manager import (
@@ -33,6 +34,7 @@ __all__ = [
     "AgentRef",
     "BenchmarkRef",
     "ClockRef",
+    "DataRoots",
     "EffectExecutor",
     "JudgeConfig",
     "ManagerConfig",

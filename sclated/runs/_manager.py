@@ -39,6 +39,7 @@ from sclated.errors import (
     Unavailable,
 )
 from sclated.report import write_report
+from sclated.runs._data_roots import DataRoots
 from sclated.runs._health import (
     capture_totals,
     memory_token_share,
@@ -246,10 +247,13 @@ class RunManager:
         config: ManagerConfig | None = None,
         *,
         runs_dir: Path | None = None,
+        data_roots: DataRoots | None = None,
     ) -> None:
         self.store = store
         self.runs_dir = runs_dir
         self.registry = registry
+        self.data_roots = data_roots or DataRoots.build(builtin=registry.builtin_data())
+        """The host paths a tenant's runs may name (by default only the benchmarks' own data)."""
         self.config = config or ManagerConfig()
         self._live: dict[str, _Live] = {}
         self._queue: OrderedDict[str, None] = OrderedDict()
@@ -419,7 +423,7 @@ class RunManager:
         run_id = run_id or f"run-{uuid.uuid4().hex[:12]}"
         key = await self._new_key(tenant, run_id, "run_id")
         self._check_quota(tenant)
-        await self._validate(spec)
+        await self._validate(tenant, spec)
         row = self._new_row(key, tenant, spec, parent=parent, request_id=request_id, request_hash=request_hash)
         live = _Live(row, 1)
         if request_id:
@@ -449,8 +453,19 @@ class RunManager:
                 reason="TENANT_QUOTA",
             )
 
-    async def _validate(self, spec: RunSpec) -> None:
+    def _confine(self, tenant: str, spec: RunSpec) -> None:
+        """Every host path the spec names must be inside the tenant's data roots (PermissionDenied)."""
+        info = self.registry.benchmark(spec.benchmark.name).info
+        try:
+            agent_paths = self.registry.agent(spec.agent.harness).path_options
+        except InvalidArgument:
+            agent_paths = frozenset()  # the agent's own check names it
+        self.data_roots.confine(tenant, spec, info, agent_paths)
+
+    async def _validate(self, tenant: str, spec: RunSpec) -> None:
         """What the spec names must exist and fit together; a bad run is refused, nothing stored."""
+        # Before anything reads the paths: realpath looks at the disk, hence the thread.
+        await asyncio.to_thread(self._confine, tenant, spec)
         entry = self.registry.agent(spec.agent.harness)
         agent = entry.make(spec.agent.options, spec.agent.memory)
         scenario = await asyncio.to_thread(load_scenario, self.registry, spec)
@@ -548,7 +563,7 @@ class RunManager:
             async with self._key_lock(key):
                 await self._new_key(tenant, new_run_id, "new_run_id")
                 self._check_quota(tenant)
-                await self._validate(plan.spec)
+                await self._validate(tenant, plan.spec)
                 parent = f"runs/{_run_id_of(plan.source_key)}"
                 row = self._new_row(
                     key,
@@ -567,6 +582,8 @@ class RunManager:
                 await self._enqueue(live)
         else:
             key = plan.source_key
+            # The run's paths are checked again: its tenant's roots may have changed since.
+            await asyncio.to_thread(self._confine, tenant, plan.spec)
             async with self._key_lock(key):
                 current = await self._row(key)
                 if current is None:
@@ -678,7 +695,7 @@ class RunManager:
                     reason="TENANT_QUOTA",
                 )
             if missing:
-                await self._validate(specs[0])
+                await self._validate(tenant, specs[0])
             now = time.time_ns()
             for i in missing:
                 row = self._new_row(
@@ -851,6 +868,8 @@ class RunManager:
             raise FailedPrecondition(f"run {name!r} is {row.state}, not INTERRUPTED", reason="NOT_INTERRUPTED")
         if not self._accepting:
             raise Unavailable("the daemon is shutting down", reason="SHUTTING_DOWN")
+        # A run created before its tenant's roots were narrowed is refused here, naming the field.
+        await asyncio.to_thread(self._confine, row.tenant, RunSpec.from_dict(row.spec))
         live = _Live(row, row.last_event_seq + 1, resume=True)
         self._live[row.name] = live
         self._set_state(live, "PENDING", "resuming from the last durable point")
@@ -925,6 +944,9 @@ class RunManager:
                 live.resume = True
             journal = await self.store.journal(live.key) if live.resume else None
             spec = RunSpec.from_dict(live.row.spec)
+            # Resumed after a restart, restored or admitted: the roots are checked again (they
+            # may have been narrowed since the run was created); a refusal fails the run.
+            await asyncio.to_thread(self._confine, live.row.tenant, spec)
             judge = self.judge_factory(spec) if self.judge_factory is not None else None
             run_dir = self.runs_dir / live.key if self.runs_dir is not None else None
             # Loading a scenario reads its upstream files: off the event loop.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters import AgentAdapter, BenchmarkAdapter, TaskContainers
@@ -48,6 +49,8 @@ class AgentEntry:
     """The image its sandbox runs (empty: it runs inside the daemon)."""
     process_clock: str = ""
     """The clock the harness process reads: simulated or wall (empty: it runs inside the daemon)."""
+    path_options: frozenset[str] = frozenset()
+    """Its options that are host paths (confined to the tenant's data roots, see DataRoots)."""
 
     def make(self, options: Mapping[str, Any], memory: str = "") -> AgentAdapter:
         """A run's agent; ``memory`` empty means the default (the first of ``memory_systems``)."""
@@ -85,6 +88,10 @@ class Registry:
                 field="run.benchmark.name",
                 reason="UNKNOWN_BENCHMARK",
             ) from None
+
+    def builtin_data(self) -> tuple[Path, ...]:
+        """The folders of the benchmarks' own scenarios (a data root of every tenant)."""
+        return tuple(dict.fromkeys(p for b in self.benchmarks.values() for p in b.info.builtin_data))
 
     def agent(self, name: str) -> AgentEntry:
         try:
@@ -139,6 +146,7 @@ def default_registry(services: SandboxServices | None = None) -> Registry:
                 capabilities=tuple(sorted(c.value for c in d.capabilities | SANDBOX_CAPABILITIES)),
                 image=d.image,
                 process_clock=d.process_clock,
+                path_options=d.path_options,
             )
         )
     reg.add_agent(

@@ -72,7 +72,8 @@ async def test_request_id_is_idempotent(api: Api) -> None:
         ),
         (lambda r: setattr(r.run.agent.model, "api_key_env", "VENDOR_KEY"), "run.agent.model.api_key_env"),
         (
-            lambda r: setattr(r.run.benchmark, "data_dir", "/does/not/exist"),
+            # A host path must be absolute (and inside the data roots: see test_data_roots.py).
+            lambda r: setattr(r.run.benchmark, "data_dir", "does/not/exist"),
             "run.benchmark.data_dir",
         ),
         (lambda r: setattr(r.run.clock, "rate", 2.0), "run.clock.rate"),

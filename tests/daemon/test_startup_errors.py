@@ -210,6 +210,35 @@ def _unix_socket_path_is_a_file(s: Setup) -> Case:
     return Case(_daemon(s, "--unix-socket", str(path)), str(path), None, "exists and is not a socket")
 
 
+def _data_root_missing(s: Setup) -> Case:
+    root = s.base / "no-data"
+    return Case(_daemon(s, "--data-root", str(root)), str(root), None, "the data root does not exist")
+
+
+def _data_root_is_a_file(s: Setup) -> Case:
+    root = s.regular_file()
+    return Case(_daemon(s, "--data-root", str(root)), str(root), None, "the data root is not a directory")
+
+
+def _data_root_in_the_state_dir(s: Setup) -> Case:
+    root = s.base / "state" / "runs"
+    root.mkdir(parents=True)
+    return Case(_daemon(s, "--data-root", str(root)), str(root), None, "the data root is inside the state directory")
+
+
+def _data_root_symlink_into_the_state_dir(s: Setup) -> Case:
+    (s.base / "state").mkdir()
+    root = s.base / "data"
+    root.symlink_to(s.base / "state")
+    return Case(_daemon(s, "--data-root", str(root)), str(root), None, "the data root is inside the state directory")
+
+
+def _tenant_data_root_missing(s: Setup) -> Case:
+    root = s.base / "no-alice"
+    args = _daemon(s, "--tenant-data-root", f"alice={root}")
+    return Case(args, str(root), None, "the data root does not exist")
+
+
 CASES: dict[str, Callable[[Setup], Case]] = {
     "tokens-short-token": _tokens(
         f"{GOOD_TOKEN} alice\n# bob's, too short:\ntooShortXyz bob\n", 3, "token shorter than 16 characters"
@@ -247,6 +276,30 @@ CASES: dict[str, Callable[[Setup], Case]] = {
         3,
         "tls_cert is set without tls_key",
     ),
+    "config-data-root-relative": _config(
+        'state_dir = "STATE"\ndata_roots = ["/srv", "data"]\n', 2, "data root 'data' is not an absolute path"
+    ),
+    "config-data-roots-not-a-list": _config(
+        'state_dir = "STATE"\ndata_roots = "/srv"\n', 2, "data_roots must be a list of paths"
+    ),
+    "config-tenant-data-root-relative": _config(
+        'state_dir = "STATE"\n\n[tenant_data_roots]\nalice = ["alice"]\n',
+        3,
+        "data root 'alice' of tenant 'alice' is not an absolute path",
+    ),
+    "config-tenant-data-roots-bad-tenant": _config(
+        'state_dir = "STATE"\n[tenant_data_roots]\n"al/ice" = ["/srv"]\n',
+        2,
+        "tenant 'al/ice' must be 1-64 of [A-Za-z0-9._-]",
+    ),
+    "flag-tenant-data-root-no-tenant": lambda s: Case(
+        _daemon(s, "--tenant-data-root", "/srv"), "tenant_data_roots", None, "expected TENANT=DIR, got '/srv'"
+    ),
+    "data-root-missing": _data_root_missing,
+    "data-root-is-a-file": _data_root_is_a_file,
+    "data-root-in-the-state-dir": _data_root_in_the_state_dir,
+    "data-root-symlink-into-the-state-dir": _data_root_symlink_into_the_state_dir,
+    "tenant-data-root-missing": _tenant_data_root_missing,
     "flag-bad-listen": _flag_bad_listen,
     "flag-tls-key-without-cert": _flag_key_without_cert,
     "tls-cert-missing": _tls_cert_missing,

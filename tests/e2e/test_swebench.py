@@ -215,8 +215,8 @@ async def test_one_repositorys_arc_with_the_reference_harness(tmp_path: Path) ->
             # Upstream data whose environment image is not on the engine: the run fails
             # before its first event, naming the instance and how to provide the image.
             row = {**arc[0].raw, "instance_id": "acme__ledger-1", "repo": "acme/ledger", "image": "acme/none:1"}
-            data = tmp_path / "upstream"
-            data.mkdir()
+            data = tmp_path / "state" / "data" / "upstream"  # in the daemon's default data root
+            data.mkdir(parents=True, exist_ok=True)
             (data / "rows.jsonl").write_text(json.dumps(row) + "\n")
             run = pb.Run(
                 benchmark=pb.BenchmarkSpec(name="swebench", data_dir=str(data)),
