@@ -9,6 +9,8 @@ acknowledges is on disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sclated.errors import AlreadyExists, FailedPrecondition
+from sclated.errors import AlreadyExists, FailedPrecondition, ResourceExhausted
 
 __all__ = ["EventRow", "JournalRow", "RunRow", "Store", "WriteBatch"]
 
@@ -192,6 +194,17 @@ def _row_to_run(r: Sequence[Any]) -> RunRow:
     )
 
 
+_SQLITE_FULL = 13
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """A write failed for want of space (SQLite's FULL, or ENOSPC/EDQUOT from the OS)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (isinstance(code, int) and code & 0xFF == _SQLITE_FULL) or "disk is full" in str(exc)
+
+
 class Store:
     def __init__(self, path: Path, *, synchronous: str = "NORMAL") -> None:
         if synchronous not in ("NORMAL", "FULL"):
@@ -234,13 +247,26 @@ class Store:
 
     def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            out = fn(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                # SQLite may have rolled back already (a full disk does that), and a
+                # failed COMMIT leaves the transaction open: end it either way, or the
+                # next BEGIN fails for good.
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+        except (sqlite3.Error, OSError) as exc:
+            if _disk_full(exc):
+                raise ResourceExhausted(
+                    f"the state directory's disk is full ({self.path.parent}: {exc})",
+                    reason="DISK_FULL",
+                ) from exc
             raise
-        conn.execute("COMMIT")
         return out
 
     # -- runs ---------------------------------------------------------------
