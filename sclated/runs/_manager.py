@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 import uuid
 from collections import OrderedDict
@@ -61,6 +62,8 @@ log = logging.getLogger("sclated.runs")
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING"})
 STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "INTERRUPTED")
+_SHUTDOWN_FLUSH_S = 30.0
+"""How long a shutdown waits for its last write (a full disk may never take it)."""
 MAX_PAGE_SIZE = 1000
 MAX_BRANCHES = 64
 DEFAULT_PAGE_SIZE = 50
@@ -79,11 +82,16 @@ class ManagerConfig:
     resume_on_start: bool = True
     write_reports: bool = True
     """A report (JSON, Markdown, timeline PNG) in the run's directory when it ends."""
+    min_free_bytes: int = 16 * 1024 * 1024
+    """New work (a run, a resume, a restore, a snapshot) is refused while the state
+    directory's disk has less free space than this: what it would write could not be kept."""
 
     def __post_init__(self) -> None:
         for name in ("max_running", "tenant_max_running", "tenant_max_active", "memory_events"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"{name} must be at least 1", field=name)
+        if self.min_free_bytes < 0:
+            raise InvalidArgument("min_free_bytes must not be negative", field="min_free_bytes")
         if not 0 < self.flush_interval_s <= 1:
             raise InvalidArgument("flush_interval_s must be in (0, 1]", field="flush_interval_s")
 
@@ -121,6 +129,9 @@ class _Live:
     uncommitted: list[EventRow] = field(default_factory=list)
     notify: asyncio.Event = field(default_factory=asyncio.Event)
     finished: bool = False
+    ending: bool = False
+    """Its worker has returned: the run is being summarized and its end written, which a
+    cancellation must not cut short (the end would be written with nobody to finish it)."""
     worker: RunWorker | None = None
 
     @property
@@ -270,6 +281,10 @@ class RunManager:
         self.snapshots = Snapshots(store, registry, runs_dir, self.flush)
         """Save snapshots and read them into restore plans (see sclated.runs._snapshots)."""
         self._key_locks: dict[str, asyncio.Lock] = {}
+        self.disk_full: str | None = None
+        """Why the last write failed for want of space; None once a write succeeded again."""
+        self.free_bytes: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free
+        """The free space of the disk holding ``path`` (a test double may replace it)."""
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -310,7 +325,12 @@ class RunManager:
                     lv.task.cancel()
             if still:
                 await asyncio.wait(still)
-        await self.flush()
+        try:
+            await asyncio.wait_for(self.flush(), _SHUTDOWN_FLUSH_S)
+        except TimeoutError:
+            # A full disk: what could not be written was never acknowledged; the runs resume
+            # from their last durable point at the next start.
+            log.error("shutting down without persisting the last changes: %s", self.disk_full or "the store is stuck")
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -337,10 +357,21 @@ class RunManager:
             self._flush_wakeup.clear()
             try:
                 await self._flush_once()
+            except ResourceExhausted as exc:
+                if exc.reason != "DISK_FULL":
+                    raise
+                self._on_disk_full(exc.message)
+                await asyncio.sleep(0.5)
+                self._kick()
             except Exception:
                 log.exception("flushing run state failed; retrying")
                 await asyncio.sleep(0.5)
                 self._kick()
+            else:
+                if self.disk_full is not None:
+                    log.warning("the state directory has space again: writes go through, paused runs resume")
+                    self.disk_full = None
+                    self._admit()
 
     async def _flush_once(self) -> None:
         batch, self._batch = self._batch, WriteBatch()
@@ -372,6 +403,40 @@ class RunManager:
         for w in waiters:
             if not w.done():
                 w.set_result(None)
+
+    def _on_disk_full(self, message: str) -> None:
+        """The state directory's disk is full: running runs pause at their last durable
+        point (INTERRUPTED, naming the disk; their sandboxes kept), and continue by
+        themselves once a write goes through again. Nothing new is admitted meanwhile."""
+        if self.disk_full is None:
+            log.error("%s; running runs pause until space is freed, new work is refused", message)
+        self.disk_full = message
+        for live in self._live.values():
+            if live.task is not None and not live.task.done() and not live.stop_reason and not live.ending:
+                live.stop_reason = "disk_full"
+                if live.worker is not None:
+                    live.worker.keep_sandbox = True
+                live.task.cancel()
+
+    async def _check_space(self) -> None:
+        """ResourceExhausted (DISK_FULL) while the state directory cannot keep new work."""
+        reason = self.disk_full
+        if reason is None:
+            path = self.store.path.parent
+            try:
+                free = await asyncio.to_thread(self.free_bytes, path)
+            except OSError:
+                return  # not knowing is no reason to refuse; a failed write will say
+            if free >= self.config.min_free_bytes:
+                return
+            reason = (
+                f"the state directory's disk is full ({path}: {free} bytes free, "
+                f"under the {self.config.min_free_bytes} new work needs)"
+            )
+        raise ResourceExhausted(
+            f"{reason}; new work is refused until space is freed (what was acknowledged is kept)",
+            reason="DISK_FULL",
+        )
 
     def _emit(self, live: _Live, kind: str, payload: dict[str, Any], sim_ns: int) -> None:
         seq = live.next_seq
@@ -423,6 +488,7 @@ class RunManager:
         run_id = run_id or f"run-{uuid.uuid4().hex[:12]}"
         key = await self._new_key(tenant, run_id, "run_id")
         self._check_quota(tenant)
+        await self._check_space()
         await self._validate(tenant, spec)
         row = self._new_row(key, tenant, spec, parent=parent, request_id=request_id, request_hash=request_hash)
         live = _Live(row, 1)
@@ -535,6 +601,7 @@ class RunManager:
                 f"run {run_name!r} is {row.state}; snapshots are taken of RUNNING runs",
                 reason="RUN_NOT_RUNNING",
             )
+        await self._check_space()
         return await self.snapshots.save(
             live.key, row.tenant, live.worker, snapshot_id, at_turn_boundary=at_turn_boundary
         )
@@ -557,6 +624,7 @@ class RunManager:
         plan = await self.snapshots.plan(tenant, snapshot_name, labels)
         if not self._accepting:
             raise Unavailable("the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN")
+        await self._check_space()
         now = time.time_ns()
         if new_run_id:
             key = _key(tenant, new_run_id)
@@ -648,6 +716,7 @@ class RunManager:
         plan = await self.snapshots.plan(tenant, snapshot_name, labels)
         if not self._accepting:
             raise Unavailable("the daemon is shutting down; try again when it is back", reason="SHUTTING_DOWN")
+        await self._check_space()
         base = plan.spec
         specs = [
             dataclasses.replace(
@@ -840,8 +909,9 @@ class RunManager:
             self._queue.pop(live.key, None)
             await self._finish(live, "CANCELLED", "cancelled before it started")
         else:
-            live.stop_reason = "cancel"
-            live.task.cancel()
+            if not live.ending:
+                live.stop_reason = "cancel"
+                live.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(live.task)
         return _view(live.row)
@@ -868,6 +938,7 @@ class RunManager:
             raise FailedPrecondition(f"run {name!r} is {row.state}, not INTERRUPTED", reason="NOT_INTERRUPTED")
         if not self._accepting:
             raise Unavailable("the daemon is shutting down", reason="SHUTTING_DOWN")
+        await self._check_space()
         # A run created before its tenant's roots were narrowed is refused here, naming the field.
         await asyncio.to_thread(self._confine, row.tenant, RunSpec.from_dict(row.spec))
         live = _Live(row, row.last_event_seq + 1, resume=True)
@@ -914,7 +985,7 @@ class RunManager:
 
     # -- admission and execution ----------------------------------------------------
     def _admit(self) -> None:
-        if not self._accepting:
+        if not self._accepting or self.disk_full is not None:
             return
         per_tenant: dict[str, int] = {}
         for key in self._running:
@@ -973,6 +1044,12 @@ class RunManager:
         except asyncio.CancelledError:
             if live.stop_reason == "cancel":
                 outcome = RunOutcome("CANCELLED", "cancelled by the user")
+            elif live.stop_reason == "disk_full":
+                outcome = RunOutcome(
+                    "INTERRUPTED",
+                    f"paused: {self.disk_full or 'the state directory disk is full'}; the run continues from its "
+                    "last durable point once space is freed",
+                )
             else:
                 outcome = RunOutcome(
                     "INTERRUPTED",
@@ -983,6 +1060,7 @@ class RunManager:
         except Exception as exc:
             log.exception("run %s failed", live.key)
             outcome = RunOutcome("FAILED", f"internal error: {type(exc).__name__}: {exc}")
+        live.ending = True
         if outcome.state != "CANCELLED" or outcome.results:
             try:
                 calls = await self.store.calls(live.key)
@@ -1025,6 +1103,17 @@ class RunManager:
         finally:
             self._running.discard(live.key)
             self._admit()
+        if live.stop_reason == "disk_full" and outcome.state == "INTERRUPTED":
+            # Its pause was committed, so a write went through: the disk has space again.
+            await self._resume_after_pause(live)
+
+    async def _resume_after_pause(self, live: _Live) -> None:
+        try:
+            await self.resume(live.row.tenant, f"runs/{_run_id_of(live.key)}")
+        except SclateError as exc:
+            log.warning("run %s stays INTERRUPTED (ResumeRun continues it): %s", live.key, exc.message)
+        else:
+            log.info("run %s resumed after its pause for a full disk", live.key)
 
     async def _finish(self, live: _Live, state: str, reason: str, results: dict[str, Any] | None = None) -> None:
         fields: dict[str, Any] = {"end_ns": time.time_ns()}
