@@ -11,6 +11,7 @@ from sclated.errors import SclateError
 
 from ._config import ModelServerConfig
 from ._continuation import ENV_FLAG, continuation_from_env
+from ._parent import die_with_parent
 from ._server import serve_forever
 
 
@@ -26,8 +27,9 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or a number with K, M or G)") from None
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[ModelServerConfig, str]:
-    """The server's configuration and the log level, from the command line (and the environment)."""
+def parse_args(argv: list[str] | None = None) -> tuple[ModelServerConfig, str, int | None]:
+    """The server's configuration, the log level and the parent pid to die with, from the
+    command line (and the environment)."""
     parser = argparse.ArgumentParser(
         prog="python -m sclated.model",
         description="Serve a GGUF model with OpenAI, Responses and Anthropic HTTP APIs.",
@@ -91,6 +93,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelServerConfig, str]:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--model-name", default=None, help="id listed by /v1/models")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="exit when this process, the server's parent (the daemon that started it), dies",
+    )
     args = parser.parse_args(argv)
     config = ModelServerConfig(
         host=args.host,
@@ -107,11 +116,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[ModelServerConfig, str]:
         continuation_entries=args.continuation_entries,
         continuation_bytes=args.continuation_bytes,
     )
-    return config, str(args.log_level)
+    return config, str(args.log_level), args.parent_pid
 
 
 def main(argv: list[str] | None = None) -> int:
-    config, log_level = parse_args(argv)
+    config, log_level, parent_pid = parse_args(argv)
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         serve_forever(config)

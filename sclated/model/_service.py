@@ -23,6 +23,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -158,7 +159,8 @@ class EmbeddedModel:
         stop_timeout_s: float = 10.0,
         n_ctx: int | None = None,
     ) -> None:
-        """``server_argv`` replaces ``python -m sclated.model`` (``--host/--port`` are appended).
+        """``server_argv`` replaces ``python -m sclated.model`` (``--host``, ``--port`` and
+        ``--parent-pid``, this process's pid, are appended: the server dies with us).
 
         ``url()`` waits at most ``wait_timeout_s`` (default ``start_timeout_s +
         backoff_max_s``) for a start or restart in progress.
@@ -348,7 +350,8 @@ class EmbeddedModel:
                 port,
             )
         self._port, self._new_port = port, False
-        args = [*self._server_argv, "--host", _HOST, "--port", str(port)]
+        # --parent-pid: a daemon killed outright takes its model server with it.
+        args = [*self._server_argv, "--host", _HOST, "--port", str(port), "--parent-pid", str(os.getpid())]
         if self._gguf is not None:
             args += ["--gguf", str(self._gguf)]
         if self._n_ctx is not None:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shutil
 import socket
 import sys
@@ -350,5 +351,6 @@ async def test_the_context_size_reaches_the_child(tmp_path: Path) -> None:
         await model.url()
         argv = json.loads(argv_file.read_text())
         assert argv[argv.index("--n-ctx") + 1] == "32768"
+        assert argv[argv.index("--parent-pid") + 1] == str(os.getpid())  # it dies with us
     finally:
         await model.close()
