@@ -108,6 +108,7 @@ class Turn:
         self.holder = holder
         self.lease: Lease | None = loop.leases.acquire(name, holder, sim_ns=sim_ns, kind="turn")
         self.waits = 0
+        self._ended = False
 
     @property
     def busy(self) -> bool:
@@ -120,13 +121,24 @@ class Turn:
             raise FailedPrecondition(f"turn {self.name!r} has ended; it cannot wait", reason="TURN_ENDED")
         self.waits += 1
         lease, self.lease = self.lease, None
-        woke, self.lease = await self._loop.wake_at(
-            until_ns, release=lease, reacquire=(f"{self.name}:after-wait", self.holder, "turn"), waiter=self.holder
-        )
+        try:
+            woke, self.lease = await self._loop.wake_at(
+                until_ns, release=lease, reacquire=(f"{self.name}:after-wait", self.holder, "turn"), waiter=self.holder
+            )
+        except BaseException:
+            # The wait was called off (its caller went away: the control socket closed
+            # mid-wait): the turn goes on, so it is busy again from now, not when the
+            # wake-up would have come (the clock must not jump while the agent works).
+            if not self._ended:
+                self.lease = self._loop.leases.acquire(
+                    f"{self.name}:after-wait", self.holder, sim_ns=self._loop.clock.now(), kind="turn"
+                )
+            raise
         yield woke
 
     def end(self) -> None:
         """Release the turn's lease (idempotent)."""
+        self._ended = True
         lease, self.lease = self.lease, None
         if lease is not None:
             self._loop.leases.release(lease)

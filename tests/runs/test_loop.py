@@ -489,8 +489,11 @@ async def test_a_turn_cancelled_while_suspended_leaves_no_lease() -> None:
     turn = loop.begin_turn("turn:b", "agent", T0)
 
     async def wait_long() -> None:
-        async with turn.suspended(T0 + 40 * 86400 * S):
-            pass
+        try:
+            async with turn.suspended(T0 + 40 * 86400 * S):
+                pass
+        finally:
+            turn.end()  # as the run's turn task does, however the turn ends
 
     waiter = asyncio.create_task(wait_long())
     await asyncio.sleep(0)
@@ -502,3 +505,33 @@ async def test_a_turn_cancelled_while_suspended_leaves_no_lease() -> None:
     with pytest.raises(FailedPrecondition, match="has ended"):
         async with turn.suspended(T0):
             pass
+
+
+async def test_a_wait_called_off_mid_turn_makes_the_turn_busy_again_at_once() -> None:
+    """A wait from inside the sandbox whose caller went away (the control socket closed
+    mid-wait, found by `sclated bench faults`): the wait is called off, but the turn goes
+    on, so it holds the clock again from that moment. Before, the turn stayed without a
+    lease until the wake-up, and the clock jumped hours ahead while the agent worked."""
+    far = T0 + 2 * 3600 * S
+    sched = Scheduler(start_ns=T0, sources=[Src("s", [EventSpec("next", At(far + 3600 * S), (Notify("n"),))])])
+    clock = SimClock(ClockConfig(ClockMode.HYBRID, start_ns=T0))
+    loop = RunLoop(sched, clock, lambda fire, effect: None)
+    turn = loop.begin_turn("turn:c", "agent", T0)
+    task = asyncio.create_task(loop.run())
+
+    async def wait_two_hours() -> None:
+        async with turn.suspended(far):
+            pass
+
+    waiter = asyncio.create_task(wait_two_hours())
+    await asyncio.sleep(0)
+    assert not turn.busy  # suspended: the clock may move
+    waiter.cancel()  # its caller left
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert turn.busy and {i.name for i in clock.leases.diagnostics()} == {"turn:c:after-wait"}
+    await asyncio.sleep(0.05)
+    assert clock.now() < T0 + 60 * S  # no jump to the wake-up nobody waits for
+    turn.end()
+    await asyncio.wait_for(task, 5)
+    assert not clock.leases.held and loop._waiters == {}
