@@ -28,7 +28,7 @@ from sclated.capture._record import (
     Timings,
 )
 from sclated.capture._rounds import DEFAULT_SLACK_NS, TurnSpan, call_rounds, resolve_round
-from sclated.capture._sink import CaptureSink, LeaseHolder, MemoryRecordStore, RecordStore
+from sclated.capture._sink import DEFAULT_CALL_TTL_NS, CaptureSink, LeaseHolder, MemoryRecordStore, RecordStore
 from sclated.capture._trajectories import (
     BRANCH_REASONS,
     REWARD_MODES,
@@ -46,6 +46,7 @@ __all__ = [
     "API_KINDS",
     "ATIF_SCHEMA_VERSION",
     "BRANCH_REASONS",
+    "DEFAULT_CALL_TTL_NS",
     "DEFAULT_SLACK_NS",
     "EXPORT_FORMATS",
     "FAILURE_CAUSES",

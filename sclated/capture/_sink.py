@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from sclated.capture._record import CallRecord
 from sclated.errors import InvalidArgument
 
-__all__ = ["CaptureSink", "LeaseHolder", "MemoryRecordStore", "RecordStore"]
+__all__ = ["DEFAULT_CALL_TTL_NS", "CaptureSink", "LeaseHolder", "MemoryRecordStore", "RecordStore"]
 
 DEFAULT_CALL_TTL_NS = 15 * 60 * 1_000_000_000
 
@@ -59,8 +59,11 @@ class CaptureSink:
     """Turns the addon's lease messages into clock leases and stores records.
 
     A model call holds the lease ``model-call:<call_id>`` from ``call_start``
-    to ``call_end`` so simulated time flows while the model works. The TTL
-    bounds a lease whose ``call_end`` never comes (the proxy died).
+    to ``call_end`` so simulated time flows while the model works. A call's
+    ``owner`` (the proxy's connection) is remembered: when the proxy goes, the
+    leases of its calls in flight are released at once (:meth:`release_owned`),
+    and whatever is left when the sandbox closes too (:meth:`release_all`). The
+    TTL bounds a lease whose end nobody reports (the sandbox froze).
     """
 
     def __init__(
@@ -73,7 +76,7 @@ class CaptureSink:
         self._store = store
         self._leases = leases
         self._ttl_ns = call_ttl_ns
-        self._held: dict[tuple[str, str], Any] = {}
+        self._held: dict[tuple[str, str], tuple[Any, object]] = {}
         self._lock = asyncio.Lock()
 
     @staticmethod
@@ -86,7 +89,8 @@ class CaptureSink:
     def active_calls(self, run: str) -> list[str]:
         return [c for (r, c) in self._held if r == run]
 
-    async def on_call_start(self, run: str, msg: dict[str, Any]) -> dict[str, Any]:
+    async def on_call_start(self, run: str, msg: dict[str, Any], *, owner: object = None) -> dict[str, Any]:
+        """``owner``: who reported the call (the proxy's connection); see release_owned."""
         call_id = self._call_id(msg)
         role = msg.get("role")
         if not isinstance(role, str) or not role:
@@ -96,16 +100,32 @@ class CaptureSink:
             # A resent call_start (the proxy timed out waiting for our reply)
             # must not take a second lease that nobody would release.
             return {"leased": False}
-        self._held[key] = self._leases.acquire(f"model-call:{call_id}", f"{run}/{role}", ttl_ns=self._ttl_ns)
+        lease = self._leases.acquire(f"model-call:{call_id}", f"{run}/{role}", ttl_ns=self._ttl_ns)
+        self._held[key] = (lease, owner)
         return {"leased": True}
 
     async def on_call_end(self, run: str, msg: dict[str, Any]) -> dict[str, Any]:
         call_id = self._call_id(msg)
-        lease = self._held.pop((run, call_id), None)
-        if lease is None:
+        held = self._held.pop((run, call_id), None)
+        if held is None:
             return {"released": False}
-        self._leases.release(lease)
+        self._leases.release(held[0])
         return {"released": True}
+
+    def release_owned(self, owner: object) -> list[str]:
+        """Release the leases of the calls ``owner`` started and never ended (the proxy
+        that reported them is gone, so their ends will never come); their call ids."""
+        return self._release([key for key, (_, who) in self._held.items() if who is owner and owner is not None])
+
+    def release_all(self) -> list[str]:
+        """Release every call lease still held (the sandbox closed); their call ids."""
+        return self._release(list(self._held))
+
+    def _release(self, keys: list[tuple[str, str]]) -> list[str]:
+        for key in keys:
+            lease, _ = self._held.pop(key)
+            self._leases.release(lease)
+        return [call_id for _, call_id in keys]
 
     async def on_record(self, run: str, msg: dict[str, Any]) -> dict[str, Any]:
         record = CallRecord.from_json(msg.get("record"))

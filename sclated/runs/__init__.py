@@ -24,7 +24,7 @@ from sclated.runs._spec import (
     validate_run_id,
     validate_tenant,
 )
-from sclated.runs._worker import RunOutcome, RunSink, RunWorker, load_scenario
+from sclated.runs._worker import RunOutcome, RunSink, RunWorker, load_scenario, replay_stored
 
 __all__ = [
     "ACTIVE_STATES",
@@ -57,6 +57,7 @@ __all__ = [
     "default_registry",
     "load_scenario",
     "parse_run_name",
+    "replay_stored",
     "validate_run_id",
     "validate_tenant",
 ]

@@ -81,6 +81,7 @@ def capture_totals(by_role: list[dict[str, Any]], at_close: dict[str, Any] | Non
         "calls_lost": int(at_close.get("calls_lost", 0)),
         "calls_recovered_at_close": int(at_close.get("calls_recovered_at_close", 0)),
         "drain": str(at_close.get("drain", "")),
+        "proxy_restarts": int(at_close.get("proxy_restarts", 0)),
         "prompt_tokens": sum(r["prompt_tokens"] for r in by_role),
         "completion_tokens": sum(r["completion_tokens"] for r in by_role),
     }
@@ -101,7 +102,17 @@ def run_warnings(results: dict[str, Any]) -> list[str]:
         out.append(f"{cap['calls_unleased']} model call(s) ran without a clock lease (simulated time may have jumped)")
     if cap.get("drain") and cap["drain"] != "ok":
         out.append(f"capture drain at sandbox close: {cap['drain']}")
+    if cap.get("proxy_restarts"):
+        out.append(
+            f"the capture proxy (mitmdump) in the sandbox died {cap['proxy_restarts']} time(s) and was started "
+            "again; the calls it had in flight then were not captured"
+        )
     s = results.get("scheduler") or {}
+    for lease in s.get("expired_leases") or []:
+        out.append(
+            f"lease {lease.get('name')} of {lease.get('holder')} expired after its TTL (its holder stopped "
+            "reporting: a frozen sandbox, a process that died); simulated time may have moved while it worked"
+        )
     if s.get("early_deliveries"):
         out.append(f"{s['early_deliveries']} message(s) were seen inside before their scheduled time")
     if s.get("out_of_order"):

@@ -34,7 +34,7 @@ from adapters import (
     Workspace,
 )
 from adapters.memory import MemorySystem, memory_environment, memory_image, memory_routines, memory_system
-from sclated.errors import FailedPrecondition, InvalidArgument, RuntimeUnavailable
+from sclated.errors import FailedPrecondition, InvalidArgument, RuntimeUnavailable, SclateError
 from sclated.runtime import Limits
 from sclated.sandbox import SandboxOptions, SandboxServices, SandboxSession, SessionConfig, SessionStart
 from sclated.scheduler import DeliverPrompt, EventSource, EventSpec
@@ -268,10 +268,26 @@ class SandboxedAgent:
 
     # -- the conversation -----------------------------------------------------------------
     async def start_session(self, session: str) -> None:
-        await self.harness.start_session(session)
+        try:
+            await self.harness.start_session(session)
+        except Exception as exc:
+            raise await self._explained(exc) from exc
 
     async def deliver(self, prompt: DeliverPrompt) -> TurnResult:
-        return await self.harness.deliver(prompt)
+        try:
+            return await self.harness.deliver(prompt)
+        except Exception as exc:
+            raise await self._explained(exc) from exc
+
+    async def _explained(self, exc: Exception) -> Exception:
+        """The harness failed: when the sandbox says why (its container is not running, the
+        harness process died), the error names that first; otherwise it is left as it is."""
+        session = self._session
+        why = await session.explain() if session is not None else None
+        if why is None:
+            return exc
+        detail = exc.message if isinstance(exc, SclateError) else f"{type(exc).__name__}: {exc}"
+        return FailedPrecondition(f"{why}; {detail}", reason="SANDBOX_FAILED")
 
     async def stop_session(self) -> None:
         await self.harness.stop_session()

@@ -62,7 +62,7 @@ from sclated.scheduler import (
     replay,
 )
 
-__all__ = ["Capture", "RunOutcome", "RunSink", "RunWorker", "load_scenario"]
+__all__ = ["Capture", "RunOutcome", "RunSink", "RunWorker", "load_scenario", "new_scheduler", "replay_stored"]
 
 log = logging.getLogger("sclated.runs")
 
@@ -123,6 +123,21 @@ def load_scenario(registry: Registry, spec: RunSpec) -> Scenario:
             agent_capabilities=capabilities,
         )
     )
+
+
+def new_scheduler(spec: RunSpec, scenario: Scenario, agent: AgentAdapter) -> Scheduler:
+    """A run's scheduler before anything fired: the scenario's sources and the agent's routines."""
+    start = spec.clock.start_ns if spec.clock.start_ns is not None else scenario.start_ns
+    return Scheduler(start_ns=start, sources=[*scenario.sources(), *agent.routines()])
+
+
+def replay_stored(registry: Registry, spec: RunSpec, journal: Sequence[Mapping[str, Any]]) -> Scheduler:
+    """Replay a run's stored journal (its durable JSON entries, in order) through fresh
+    sources, as a resumed run does; raises ReplayDivergence naming the first entry that
+    differs. Loads the scenario (reads its files): call it off the event loop."""
+    scenario = load_scenario(registry, spec)
+    agent = registry.agent(spec.agent.harness).make(spec.agent.options, spec.agent.memory)
+    return replay([entry_from_json(dict(e)) for e in journal], lambda: new_scheduler(spec, scenario, agent))
 
 
 def _session_seed(data: Mapping[str, Any]) -> SessionSeed:
@@ -226,9 +241,7 @@ class RunWorker:
 
     # -- building -------------------------------------------------------------
     def _make_scheduler(self) -> Scheduler:
-        start = self.spec.clock.start_ns if self.spec.clock.start_ns is not None else self.scenario.start_ns
-        sources = [*self.scenario.sources(), *self.agent.routines()]
-        return Scheduler(start_ns=start, sources=sources)
+        return new_scheduler(self.spec, self.scenario, self.agent)
 
     def _build(self) -> RunLoop:
         if self._journal_in:
@@ -953,6 +966,10 @@ class RunWorker:
                 **self._work_split(span_ns, summary.wall_ns),
                 "jumps": summary.jumps,
                 "unfired": [e for e in summary.unfired if e not in set(beyond)][:100],
+                "expired_leases": [
+                    {"name": e.info.name, "holder": e.info.holder, "kind": e.info.kind}
+                    for e in summary.expired_leases[:100]
+                ],
                 "end_reason": summary.reason,
                 "clock_mode": self.loop.clock.mode.value,
             }

@@ -85,6 +85,17 @@ def _info(data: Mapping[str, Any]) -> ContainerInfo:
         state = data["State"]["Status"]
         name = str(data.get("Name", "")).lstrip("/")
         image = data["Config"].get("Image", "")
+        if state not in ("running", "paused", "restarting", "created"):
+            code = data["State"].get("ExitCode")
+            return ContainerInfo(
+                id=str(data["Id"]),
+                name=name,
+                image=str(image),
+                state=str(state),
+                labels=dict(labels),
+                exit_code=int(code) if isinstance(code, int) else None,
+                oom_killed=bool(data["State"].get("OOMKilled")),
+            )
     else:
         labels = data.get("Labels") or {}
         state = data.get("State", "")

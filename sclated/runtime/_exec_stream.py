@@ -24,8 +24,9 @@ _STDOUT, _STDERR = 1, 2
 
 
 class ExecStream:
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, execution: Any = None) -> None:
         self._stream = stream
+        self._execution = execution
         self._buffer = b""
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=50)
@@ -71,6 +72,18 @@ class ExecStream:
             return ""
         return line
 
+    async def exit_code(self) -> int | None:
+        """How the process ended (its exit code; 128 + N for a death by signal N), or
+        None while it runs or when the engine cannot say."""
+        if self._execution is None:
+            return None
+        try:
+            info = await self._execution.inspect()
+        except (DockerError, OSError):
+            return None
+        code = info.get("ExitCode")
+        return None if info.get("Running") or not isinstance(code, int) else code
+
     async def close(self) -> None:
         self._closed = True
         with contextlib.suppress(Exception):
@@ -102,4 +115,4 @@ async def open_exec_stream(
     execution = await container.exec(list(cmd), **kwargs)
     stream = execution.start(detach=False)
     await stream._init()  # connect now, so a failure surfaces here and not at the first read
-    return ExecStream(stream)
+    return ExecStream(stream, execution)

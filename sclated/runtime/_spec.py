@@ -167,6 +167,9 @@ class ContainerInfo:
     image: str
     state: str  # created, running, paused, exited, dead, ...
     labels: Mapping[str, str]
+    exit_code: int | None = None
+    """How its main process ended (an inspect of a container that is not running; else None)."""
+    oom_killed: bool = False
 
     @property
     def run(self) -> str:

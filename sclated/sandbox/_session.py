@@ -31,6 +31,7 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import tarfile
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -40,7 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from adapters import ExecOutput, LineChannel, ProxyEndpoints, RunClock
-from sclated.capture import CallRecord, CaptureSink, LeaseHolder
+from sclated.capture import DEFAULT_CALL_TTL_NS, CallRecord, CaptureSink, LeaseHolder
 from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, RuntimeUnavailable, SclateError
 from sclated.model import EmbeddedModel
 from sclated.runtime import (
@@ -58,7 +59,7 @@ from sclated.runtime import (
     snapshot,
     untar_dir,
 )
-from sclated.sandbox._control import ControlServer
+from sclated.sandbox._control import ControlConnection, ControlServer, current_connection
 from sclated.sandbox._process_probe import PROBE_SCRIPT, ProcessProbe, parse_probe
 from sclated.sandbox._proxy import (
     PROXY_LOG,
@@ -97,8 +98,11 @@ class SandboxOptions:
     """Check simulated time inside when the container starts."""
     model_grace_s: float = 120.0
     """How long the model endpoint may stay unreachable before the run fails."""
+    call_lease_ttl_s: float = DEFAULT_CALL_TTL_NS / 1e9
+    """How long a model call's clock lease lasts without the call's end (the proxy died,
+    the sandbox froze): then it expires, is released and reported."""
 
-    KEYS = frozenset({"probe", "model_grace_s"})
+    KEYS = frozenset({"probe", "model_grace_s", "call_lease_ttl_s"})
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SandboxOptions:
@@ -108,7 +112,10 @@ class SandboxOptions:
         grace = options.get("model_grace_s", 120)
         if not isinstance(grace, int | float) or isinstance(grace, bool) or not 1 <= grace <= 86_400:
             raise InvalidArgument("model_grace_s must be in [1, 86400]", field="run.agent.options.model_grace_s")
-        return cls(probe=probe, model_grace_s=float(grace))
+        ttl = options.get("call_lease_ttl_s", DEFAULT_CALL_TTL_NS / 1e9)
+        if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 1 <= ttl <= 86_400:
+            raise InvalidArgument("call_lease_ttl_s must be in [1, 86400]", field="run.agent.options.call_lease_ttl_s")
+        return cls(probe=probe, model_grace_s=float(grace), call_lease_ttl_s=float(ttl))
 
 
 def short_sockets_dir(state_dir: Path) -> Path:
@@ -196,8 +203,14 @@ class SessionConfig:
 class _Channel:
     """A LineChannel over a runtime exec stream."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, argv: Sequence[str]) -> None:
         self._stream = stream
+        self.argv = tuple(argv)
+
+    async def exit_code(self) -> int | None:
+        """How its process ended; None while it runs (or when the engine cannot say)."""
+        code: int | None = await self._stream.exit_code()
+        return code
 
     async def send(self, line: str) -> None:
         await self._stream.send(line)
@@ -292,6 +305,11 @@ class SandboxSession:
         self.capture_report: dict[str, Any] = {}
         """How the proxy's records were handed over at close (calls_lost, recovered, drain)."""
         self._gate = FreezeGate()
+        self._closing = False
+        self._proxy_checks: set[asyncio.Task[None]] = set()
+        self.proxy_restarts = 0
+        """Times the capture proxy was found dead (its connection closed) and started again."""
+        self._channels: list[_Channel] = []
 
     # -- opening ----------------------------------------------------------------------------
     @property
@@ -332,8 +350,12 @@ class SandboxSession:
         paths = manager.paths_for(self.control_dir)
         await asyncio.to_thread(paths.create)
         await self._start_bridge(paths.model_socket)
-        self._sink = CaptureSink(_StoreRecords(self._services.store, cfg.run_key), self._leases)
-        self._control = ControlServer(paths.control_socket, self._handlers())
+        self._sink = CaptureSink(
+            _StoreRecords(self._services.store, cfg.run_key),
+            self._leases,
+            call_ttl_ns=int(cfg.options.call_lease_ttl_s * 1e9),
+        )
+        self._control = ControlServer(paths.control_socket, self._handlers(), on_disconnect=self._on_disconnect)
         await self._control.start()
         upstream = await asyncio.to_thread(
             upstream_env,
@@ -456,7 +478,8 @@ class SandboxSession:
             return {"run": run_id}
 
         async def call_start(msg: Mapping[str, Any]) -> dict[str, Any]:
-            return await sink.on_call_start(run_id, dict(msg))
+            # Owned by the proxy's connection: if the proxy dies, so do its calls' leases.
+            return await sink.on_call_start(run_id, dict(msg), owner=current_connection())
 
         async def call_end(msg: Mapping[str, Any]) -> dict[str, Any]:
             return await sink.on_call_end(run_id, dict(msg))
@@ -515,7 +538,101 @@ class SandboxSession:
         sandbox, runtime = self._require(), self._runtime
         assert runtime is not None
         async with self._gate.running():
-            return _Channel(await runtime.exec_stream(sandbox.id, list(argv), env=env))
+            channel = _Channel(await runtime.exec_stream(sandbox.id, list(argv), env=env), argv)
+        self._channels = [*self._channels[-7:], channel]
+        return channel
+
+    # -- when something in the sandbox died ---------------------------------------------------
+    async def explain(self) -> str | None:
+        """Why the sandbox stopped answering, when that is what happened: its container is
+        not running, or a process a channel was opened to (the harness) exited. None when
+        neither (the failure was something else)."""
+        sandbox, runtime = self._sandbox, self._runtime
+        if sandbox is None or runtime is None:
+            return None
+        container = await self._container_gone(runtime, sandbox.id)
+        if container is not None:
+            return container
+        for channel in reversed(self._channels):
+            code = await channel.exit_code()
+            if code is None:
+                continue
+            # Every process of a killed container dies at once, and the engine says the
+            # container exited a moment later: a process killed by a signal may be that.
+            for _ in range(6 if code > 128 else 0):
+                await asyncio.sleep(0.25)
+                container = await self._container_gone(runtime, sandbox.id)
+                if container is not None:
+                    return container
+            argv = shlex.join(channel.argv)[:120]
+            return f"the harness process ({argv}) in the sandbox exited, {_exit_text(code)}"
+        return None
+
+    @staticmethod
+    async def _container_gone(runtime: Runtime, container_id: str) -> str | None:
+        try:
+            info = await runtime.inspect(container_id)
+        except SclateError as exc:
+            return f"the sandbox's container {container_id[:12]} is gone ({exc.message})"
+        if info.state == "running":
+            return None
+        ended = f", {_exit_text(info.exit_code)}" if info.exit_code is not None else ""
+        oom = ", killed for want of memory (OOM)" if info.oom_killed else ""
+        return f"the sandbox's container {container_id[:12]} {info.state}{ended}{oom}"
+
+    def _on_disconnect(self, conn: ControlConnection) -> None:
+        """A client of the control socket left. Calls the proxy had in flight will never
+        end: their leases go now (else the clock could not jump until their TTL). If it
+        was the proxy, it is checked, and started again if it died."""
+        sink = self._sink
+        released = sink.release_owned(conn) if sink is not None else []
+        if released:
+            log.warning(
+                "run %s: the capture proxy's connection closed with %d call(s) in flight; their leases are released",
+                self.config.run_key,
+                len(released),
+            )
+        if self._closing or not conn.kinds & {"call_start", "call_end", "record"}:
+            return
+        task = asyncio.get_running_loop().create_task(self._check_proxy(), name=f"proxy-check:{self.config.run_key}")
+        self._proxy_checks.add(task)
+        task.add_done_callback(self._proxy_checks.discard)
+
+    async def _check_proxy(self) -> None:
+        """The proxy's connection closed while the sandbox runs: start the proxy again if
+        it died (the run goes on: what it had spooled is delivered by the new one), or fail
+        the run naming what is gone. Busy meanwhile, so the clock does not jump past it."""
+        lease = self._leases.acquire("capture-proxy:check", f"{self.config.run_id}/proxy", ttl_ns=120 * 10**9)
+        try:
+            why = await self.explain()
+            if why is not None and "container" in why:
+                self._fail_run(why)
+                return
+            if await self._proxy_listening():
+                return  # alive: it reconnects by itself on its next request
+            log.warning(
+                "run %s: the capture proxy (mitmdump) in the sandbox exited; starting it again", self.config.run_key
+            )
+            await self._require().exec(["sh", "-c", f"{mitmdump_command()} >>{PROXY_LOG} 2>&1 &"], timeout_s=30)
+            await self._wait_for_proxy()
+            self.proxy_restarts += 1
+        except SclateError as exc:
+            if not self._closing:
+                self._fail_run(
+                    f"the capture proxy (mitmdump) in the sandbox exited and could not be started again: {exc.message}"
+                )
+        finally:
+            self._leases.release(lease)
+
+    async def _proxy_listening(self) -> bool:
+        probe = (
+            "import socket,sys\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {ROLE_PORTS['agent']}), 2).close()\n"
+            "except OSError: sys.exit(1)\n"
+        )
+        res = await self._require().exec(["python3", "-c", probe], timeout_s=30)
+        return res.exit_code == 0
 
     async def put_dir(self, src: Path, dest: str) -> None:
         """Copy a host directory's contents into the sandbox at ``dest`` (a day's files)."""
@@ -595,6 +712,9 @@ class SandboxSession:
     # -- closing -------------------------------------------------------------------------------
     async def close(self, *, keep: bool = False) -> None:
         """Drain the proxy and remove the container; ``keep``: leave it running for a resumed run."""
+        self._closing = True
+        for task in list(self._proxy_checks):
+            task.cancel()
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.cancel()
@@ -609,6 +729,11 @@ class SandboxSession:
         if self._control is not None:
             await self._control.close()
             self._control = None
+        if self._sink is not None:
+            # Calls still open end with the sandbox: their leases go with it.
+            self._sink.release_all()
+        if self.proxy_restarts:
+            self.capture_report["proxy_restarts"] = self.proxy_restarts
         if self._bridge is not None:
             await self._bridge.close()
             self._bridge = None
@@ -664,6 +789,19 @@ class SandboxSession:
         if report["calls_lost"] or report["drain"] != "ok":
             log.warning("run %s: capture at close: %s", self.config.run_key, report)
         return report
+
+
+def _exit_text(code: int | None) -> str:
+    """``exit code 137 (killed by SIGKILL)``: a shell's 128 + N is a death by signal N."""
+    if code is None:
+        return "exit code unknown"
+    if 128 < code < 128 + 65:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = f"signal {code - 128}"
+        return f"exit code {code} (killed by {name})"
+    return f"exit code {code}"
 
 
 def _rmtree(path: Path) -> None:

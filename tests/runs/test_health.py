@@ -27,8 +27,14 @@ def test_each_fault_is_said_in_words() -> None:
             "calls_lost": 2,
             "calls_unleased": 1,
             "drain": "the capture proxy did not exit within the grace period",
+            "proxy_restarts": 1,
         },
-        "scheduler": {"early_deliveries": 3, "out_of_order": 1, "negative_delays": 2},
+        "scheduler": {
+            "early_deliveries": 3,
+            "out_of_order": 1,
+            "negative_delays": 2,
+            "expired_leases": [{"name": "model-call:c1", "holder": "r/agent", "kind": "other"}],
+        },
         "judges": [{"endpoint": "embedded", "model": "smollm2", "embedded": True}],
     }
     text = "\n".join(run_warnings(results))
@@ -42,6 +48,8 @@ def test_each_fault_is_said_in_words() -> None:
         "1 message(s) were received out of the schedule's order",
         "2 delivery delay(s) were negative",
         "embedded model",
+        "the capture proxy (mitmdump) in the sandbox died 1 time(s) and was started again",
+        "lease model-call:c1 of r/agent expired after its TTL",
     ):
         assert needle in text, needle
 
