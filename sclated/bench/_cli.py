@@ -146,6 +146,12 @@ def _rollouts(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_rollouts(args)
 
 
+def _faults(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._faults import bench_faults
+
+    return bench_faults(args)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
@@ -158,6 +164,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "gaia2": _gaia2,
     "branches": _branches,
     "rollouts": _rollouts,
+    "faults": _faults,
 }
 
 
@@ -211,6 +218,19 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
         help="harness, branches: the embedded model's context (default 16384: a harness resends its whole session)",
     )
     p.add_argument("--count", type=int, default=8, help="rollouts: the group's size K (default 8)")
+    p.add_argument(
+        "--seed", type=int, default=None, help="faults: the campaign's seed (default: a random one, printed)"
+    )
+    p.add_argument(
+        "--daemon-kills", type=int, default=None, help="faults: SIGKILLs of the daemon (default 20; 5 with --quick)"
+    )
+    p.add_argument("--verbose", action="store_true", help="faults: progress on stderr also with --json")
+    p.add_argument(
+        "--only",
+        action="append",
+        help="faults: run only this part (kill, disk, sigterm, sandbox) or sandbox fault (repeatable)",
+    )
+    p.add_argument("--keep", type=Path, default=None, help="faults: copy each daemon's state directory here")
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
     if bench is None:
