@@ -619,8 +619,17 @@ class RunWorker:
 
     # -- running ------------------------------------------------------------------
     def _redispatch_unfinished(self, loop: RunLoop) -> None:
-        """After a replay: deliver again what was in flight when the previous process died."""
+        """After a replay: deliver again what was in flight when the previous process died.
+
+        A run whose scenario had already told it to stop (its StopRun fired, and the
+        process died before the run's end was written) stops at once, for that reason:
+        nothing is left to fire, and it would otherwise end as merely idle."""
         sched = loop.scheduler
+        for fire in sched.fires:
+            for effect in fire.effects:
+                if isinstance(effect, StopRun):
+                    loop.request_stop(effect.reason)
+                    return
         ended = {
             str(e.payload.get("data", {}).get("event_id"))
             for e in sched.journal
