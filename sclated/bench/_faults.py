@@ -86,6 +86,8 @@ class _Campaign:
         self.injected = 0
         self.leftovers: dict[str, list[str]] = {}
         self.skipped: dict[str, str] = {}
+        self.errors: dict[str, str] = {}
+        """Parts that broke (a daemon that would not start again), with what broke them."""
 
     def selected(self, *names: str) -> bool:
         return any(n in self.only for n in names)
@@ -173,6 +175,8 @@ async def bench_faults(args: argparse.Namespace) -> dict[str, Any]:
             f"sclated bench faults: --only {', '.join(sorted(unknown))}: no such part; "
             f"have {', '.join((*PHASES, *SANDBOX_FAULTS))}"
         )
+    # A daemon (or model server) that crashes writes its Python stack to its log.
+    os.environ.setdefault("PYTHONFAULTHANDLER", "1")
     t0 = time.monotonic()
     missing = await _images_missing()
     with tempfile.TemporaryDirectory(prefix="sclate-bench-faults-") as tmp:
@@ -187,17 +191,22 @@ async def bench_faults(args: argparse.Namespace) -> dict[str, Any]:
                 c.skipped[name] = "mounting a tmpfs needs root and mount(8)"
             else:
                 chosen.append(name)
-        # Each part has a daemon of its own: the parts with scripted runs (light on the CPU)
-        # go side by side with the daemon kills; the sandbox part, the model's, after them.
-        await asyncio.gather(
-            *(_PHASES[name](c, kills=kills, sandboxed=missing is None) for name in chosen if name != "sandbox")
+        # Each part has a daemon (and model server) of its own: they go side by side. A part
+        # that breaks is reported; the others go on.
+        done = await asyncio.gather(
+            *(_PHASES[name](c, kills=kills, sandboxed=missing is None) for name in chosen), return_exceptions=True
         )
-        if "sandbox" in chosen:
-            await _sandboxed(c)
+        for name, result in zip(chosen, done, strict=True):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if isinstance(result, BaseException):
+                c.errors[name] = f"{type(result).__name__}: {result}"[:2000]
         if missing is not None and "kill" in only:
             c.skipped["kill (sandboxed run)"] = missing
     out = figures(c.cases, seed=seed, faults_injected=c.injected, leftovers=c.leftovers, skipped=c.skipped)
-    out["meets_targets"] = out["meets_targets"] and not c.skipped
+    if c.errors:
+        out["errors"] = c.errors
+    out["meets_targets"] = out["meets_targets"] and not c.skipped and not c.errors
     out["wall_s"] = round(time.monotonic() - t0, 1)
     out["cpus"] = os.cpu_count()
     return out
@@ -262,13 +271,13 @@ async def _sandboxed(c: _Campaign, **_: Any) -> None:
         await asyncio.gather(*(p.finish(t, 900) for t in p.tracked))
         # The model server is every run's: on its own.
         if "model_kill" in chosen:
-            p.injected += await cases.model_kill(p, rng, cases.metaclaw_run(), f"{tag}-model")
+            p.injected += await cases.model_kill(p, rng, short(days=1, events=3), f"{tag}-model")
             await asyncio.gather(*(p.finish(t, 900) for t in p.tracked))
         # SIGTERM stops the whole daemon: last.
         if "sigterm_snapshot" in chosen:
-            p.injected += await cases.sigterm_snapshot(p, rng, short(days=2), f"{tag}-tsnap")
+            p.injected += await cases.sigterm_snapshot(p, rng, short(days=1, events=3), f"{tag}-tsnap")
         if "sigterm_restore" in chosen:
-            p.injected += await cases.sigterm_restore(p, rng, short(days=2), f"{tag}-trest")
+            p.injected += await cases.sigterm_restore(p, rng, short(days=1, events=3), f"{tag}-trest")
 
 
 _PHASES: dict[str, Callable[..., Awaitable[None]]] = {

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from sclate_api.v1 import sclate_pb2 as pb
 
-from sclated.bench._faults_check import CaseOutcome, held_leases, turn_left_unleased
+from sclated.bench._faults_check import CaseOutcome, StreamEvent, held_leases, turn_left_unleased
 from sclated.bench._faults_daemon import RunWatch
 from sclated.bench._faults_phase import Phase, Tracked
 
@@ -88,6 +88,15 @@ def _ended_or(watch: RunWatch, check: Callable[[], bool]) -> Callable[[], bool]:
     return lambda: watch.ended.is_set() or check()
 
 
+def _always(anomaly: str) -> Callable[[list[StreamEvent]], str | None]:
+    """A check that found ``anomaly`` whatever the run's events say."""
+
+    def check(events: list[StreamEvent]) -> str | None:
+        return anomaly
+
+    return check
+
+
 # -- 1. the daemon SIGKILLed at random points ----------------------------------------------------
 
 
@@ -127,7 +136,16 @@ async def daemon_kills(
         for t in active:
             t.injected += 1
         phase.progress(f"daemon kill {i + 1}/{kills}: {len(active)} run(s) running")
-        await daemon.start()
+        try:
+            await daemon.start()
+        except RuntimeError as exc:
+            # Not coming back after a crash is the worst end of all: every run it had says so.
+            first, _, tail = str(exc).partition("\n")
+            why = f"{first} {tail[-600:]}"
+            phase.progress(f"the daemon did not start again after kill {i + 1}: {why}")
+            for t in active:
+                t.checks.append(_always(f"the daemon did not start again after a kill: {why}"))
+            await daemon.start()  # as a supervisor would: once more
     return kills
 
 
@@ -318,27 +336,29 @@ async def _host_pid(container: Any, needle: str) -> int | None:
     return None
 
 
-async def _in_sandbox(phase: Phase, t: Tracked, act: Callable[[Any], Awaitable[str]]) -> None:
+Act = Callable[[Any, Tracked], Awaitable[str]]
+"""What a case does to a run's container (the aiodocker container, the run's case): a note."""
+
+
+async def _in_sandbox(phase: Phase, t: Tracked, act: Act) -> None:
     container, docker = await _container(phase, t)
     try:
-        t.notes.append(await act(container))
+        t.notes.append(await act(container, t))
     finally:
         await docker.close()
 
 
-async def _kill_in_sandbox(phase: Phase, t: Tracked, needle: str) -> str:
-    async def kill(container: Any) -> str:
+def _kill_process(needle: str) -> Act:
+    """SIGKILL the sandbox's process whose command line holds ``needle``."""
+
+    async def kill(container: Any, t: Tracked) -> str:
         pid = await _host_pid(container, needle)
         if pid is None:
             return f"no process {needle!r} in the sandbox"
         os.kill(pid, signal.SIGKILL)
         return f"SIGKILL {needle} (host pid {pid})"
 
-    container, docker = await _container(phase, t)
-    try:
-        return await kill(container)
-    finally:
-        await docker.close()
+    return kill
 
 
 async def _during(phase: Phase, t: Tracked, prefix: str, timeout_s: float = 600) -> bool:
@@ -347,56 +367,51 @@ async def _during(phase: Phase, t: Tracked, prefix: str, timeout_s: float = 600)
     return not t.watch.ended.is_set()
 
 
-async def mitmdump_kill(phase: Phase, rng: random.Random, run: pb.Run, run_id: str) -> int:
-    """SIGKILL the capture proxy (mitmdump) in the sandbox during a model call."""
-    t = await phase.create("mitmdump_kill", run, run_id)
-    if not await _during(phase, t, "model-call:"):
+async def _fault_in_sandbox(
+    phase: Phase, fault: str, run: pb.Run, run_id: str, *, during: str, delay_s: float, act: Act
+) -> int:
+    """A run, and once it holds a lease named ``during``... (and ``delay_s`` later), what
+    its client holds is noted and ``act`` done to its container. How many faults were
+    injected (0: the run ended before the moment came)."""
+    t = await phase.create(fault, run, run_id)
+    if not await _during(phase, t, during):
+        t.notes.append(f"ended before it held a {during} lease")
         return 0
-    await asyncio.sleep(rng.uniform(0.0, 0.2))
+    await asyncio.sleep(delay_s)
     await phase.acknowledge(t)
-    t.notes.append(await _kill_in_sandbox(phase, t, "mitmdump"))
+    await _in_sandbox(phase, t, act)
     t.injected += 1
     return 1
+
+
+async def mitmdump_kill(phase: Phase, rng: random.Random, run: pb.Run, run_id: str) -> int:
+    """SIGKILL the capture proxy (mitmdump) in the sandbox during a model call."""
+    kill = _kill_process("mitmdump")
+    return await _fault_in_sandbox(phase, "mitmdump_kill", run, run_id, during="model-call:", delay_s=0, act=kill)
 
 
 async def harness_kill(phase: Phase, rng: random.Random, run: pb.Run, run_id: str) -> int:
     """SIGKILL the harness process (``agent.py serve``) in the sandbox during a turn."""
-    t = await phase.create("harness_kill", run, run_id)
-    if not await _during(phase, t, "turn:"):
-        return 0
-    await asyncio.sleep(rng.uniform(0.0, 1.0))
-    await phase.acknowledge(t)
-    t.notes.append(await _kill_in_sandbox(phase, t, "agent.py serve"))
-    t.injected += 1
-    return 1
+    kill = _kill_process("agent.py serve")
+    delay = rng.uniform(0.0, 1.0)
+    return await _fault_in_sandbox(phase, "harness_kill", run, run_id, during="turn:", delay_s=delay, act=kill)
 
 
 async def container_kill(phase: Phase, rng: random.Random, run: pb.Run, run_id: str) -> int:
     """The sandbox's container killed (SIGKILL from the engine) during a turn."""
-    t = await phase.create("container_kill", run, run_id)
-    if not await _during(phase, t, "turn:"):
-        return 0
-    await asyncio.sleep(rng.uniform(0.0, 1.0))
-    await phase.acknowledge(t)
 
-    async def kill(container: Any) -> str:
+    async def kill(container: Any, t: Tracked) -> str:
         await container.kill(signal="SIGKILL")
         return "container killed"
 
-    await _in_sandbox(phase, t, kill)
-    t.injected += 1
-    return 1
+    delay = rng.uniform(0.0, 1.0)
+    return await _fault_in_sandbox(phase, "container_kill", run, run_id, during="turn:", delay_s=delay, act=kill)
 
 
 async def container_pause(phase: Phase, rng: random.Random, run: pb.Run, run_id: str, pause_s: float) -> int:
     """The sandbox's container paused during a model call for longer than the call's lease TTL."""
-    t = await phase.create("container_pause", run, run_id)
-    if not await _during(phase, t, "model-call:"):
-        return 0
-    await asyncio.sleep(rng.uniform(0.0, 0.2))
-    await phase.acknowledge(t)
 
-    async def pause(container: Any) -> str:
+    async def pause(container: Any, t: Tracked) -> str:
         await container.pause()
         try:
             await asyncio.sleep(pause_s)
@@ -404,9 +419,10 @@ async def container_pause(phase: Phase, rng: random.Random, run: pb.Run, run_id:
             await container.unpause()
         return f"container paused {pause_s:.0f} s"
 
-    await _in_sandbox(phase, t, pause)
-    t.injected += 1
-    return 1
+    delay = rng.uniform(0.0, 0.2)
+    return await _fault_in_sandbox(
+        phase, "container_pause", run, run_id, during="model-call:", delay_s=delay, act=pause
+    )
 
 
 _WAIT_CLIENT = "sclate-wait"
@@ -415,12 +431,9 @@ _WAIT_CLIENT = "sclate-wait"
 async def control_close(phase: Phase, rng: random.Random, run: pb.Run, run_id: str) -> int:
     """During a turn, a process in the sandbox waits (``sclate-wait --for 2h``) and is
     killed mid-wait: the control socket is closed from inside with the wait pending."""
-    t = await phase.create("control_close", run, run_id)
-    if not await _during(phase, t, "turn:"):
-        return 0
-    await phase.acknowledge(t)
 
-    async def wait_and_close(container: Any) -> str:
+    async def wait_and_close(container: Any, t: Tracked) -> str:
+        began = t.watch.last_seq
         ex = await container.exec(["sh", "-c", f"{_WAIT_CLIENT} --for 2h"], stdout=True, stderr=True)
         async with ex.start(detach=False):
             pid = None
@@ -432,13 +445,10 @@ async def control_close(phase: Phase, rng: random.Random, run: pb.Run, run_id: s
                 return "the wait client did not start"
             await asyncio.sleep(rng.uniform(0.2, 1.0))
             os.kill(pid, signal.SIGKILL)
-            return f"{_WAIT_CLIENT} killed mid-wait (host pid {pid})"
+        t.checks.append(lambda events: turn_left_unleased(events, began))
+        return f"{_WAIT_CLIENT} killed mid-wait (host pid {pid})"
 
-    began = t.watch.last_seq
-    await _in_sandbox(phase, t, wait_and_close)
-    t.injected += 1
-    t.check = lambda events: turn_left_unleased(events, began)
-    return 1
+    return await _fault_in_sandbox(phase, "control_close", run, run_id, during="turn:", delay_s=0, act=wait_and_close)
 
 
 _STREAM_CLIENT = r"""
@@ -485,7 +495,7 @@ async def model_kill(phase: Phase, rng: random.Random, run: pb.Run, run_id: str)
         ts.notes.append("the run ended before a streaming call could be made")
         return injected
 
-    async def stream_and_kill(container: Any) -> str:
+    async def stream_and_kill(container: Any, _: Tracked) -> str:
         ex = await container.exec(["python3", "-c", _STREAM_CLIENT], stdout=True, stderr=True)
         out: list[str] = []
         async with ex.start(detach=False) as stream:

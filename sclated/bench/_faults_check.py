@@ -23,11 +23,14 @@ from typing import Any, Literal
 
 __all__ = [
     "CLEAR_WORDS",
+    "END_REASONS",
+    "TARGETS",
     "Acknowledged",
     "CaseOutcome",
     "Outcome",
     "StreamEvent",
     "classify",
+    "ended_for",
     "figures",
     "held_leases",
     "leases_expired",
@@ -159,6 +162,20 @@ def held_leases(events: Sequence[StreamEvent]) -> Counter[str]:
 def leases_expired(events: Sequence[StreamEvent]) -> list[str]:
     """Leases released only by their TTL: their holder stopped without releasing them."""
     return [ev.lease for ev in events if ev.kind == "lease" and ev.change == "expired"]
+
+
+END_REASONS = {"synthetic": "all days done", "metaclaw": "MetaClaw-Bench scenario complete"}
+"""How each benchmark's scenario ends a run that went to its end (its StopRun's reason)."""
+
+
+def ended_for(events: Sequence[StreamEvent], expected: str) -> str | None:
+    """A run that SUCCEEDED must have ended for its scenario's reason (``expected``): one
+    that ended for another (idle, with its stop lost in a restart) did not say what
+    happened. What happened, or None."""
+    states = [ev for ev in events if ev.kind == "state"]
+    if not states or states[-1].state != "SUCCEEDED" or states[-1].reason == expected:
+        return None
+    return f"it ended SUCCEEDED for {states[-1].reason!r}, not its scenario's {expected!r}"
 
 
 def turn_left_unleased(events: Sequence[StreamEvent], after_seq: int) -> str | None:

@@ -69,12 +69,19 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in the process group ``pgid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry))
+    return out
 
 
 class FaultDaemon:
@@ -89,10 +96,8 @@ class FaultDaemon:
         self._stub: pb_grpc.SclateStub | None = None
         self._up = asyncio.Event()
         self.starts = 0
-        self.model_pids: set[int] = set()
-        """Every embedded model server pid seen under any of this daemon's processes."""
-        self.processes: list[asyncio.subprocess.Process] = []
-        """Every process started (each leads a process group of its own)."""
+        self.left_behind: list[str] = []
+        """Processes of its process group alive after the daemon process exited."""
 
     @property
     def stub(self) -> pb_grpc.SclateStub:
@@ -111,7 +116,6 @@ class FaultDaemon:
 
     async def start(self) -> None:
         self.proc, self.ready = await start_daemon_process(self.state_dir, *self.extra, timeout_s=60)
-        self.processes.append(self.proc)
         self.starts += 1
         self._channel = grpc.aio.insecure_channel(self.ready["tcp"])
         self._stub = pb_grpc.SclateStub(self._channel)
@@ -132,46 +136,56 @@ class FaultDaemon:
             return None
         for child in _children(self.proc.pid):
             if "sclated.model" in _cmdline(child):  # `python -m sclated.model` (see EmbeddedModel)
-                self.model_pids.add(child)
                 return child
         return None
 
     async def kill(self) -> None:
         """SIGKILL the daemon process alone (not its group): what a crash does."""
         assert self.proc is not None
-        self.model_pid()  # remember its model server, to see whether it outlives it
         await self._down()
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.proc.pid, signal.SIGKILL)
         await self.proc.wait()
+        await self._gone()
 
     async def terminate(self, timeout_s: float = 120.0) -> int:
         """SIGTERM (the daemon drains, interrupts the rest, persists and exits)."""
         assert self.proc is not None
-        self.model_pid()
         self.proc.send_signal(signal.SIGTERM)
         try:
             code = await asyncio.wait_for(self.proc.wait(), timeout_s)
         finally:
             await self._down()
+        await self._gone()
         return code
 
+    async def _gone(self, grace_s: float = 3.0) -> None:
+        """The daemon process exited: what it started and left alive (its model server) is
+        noted as left behind, then its process group is ended, now, while its id cannot
+        have been given to another process (a group id is only reused once it is empty)."""
+        proc = self.proc
+        assert proc is not None
+        members = _group_members(proc.pid)
+        for _ in range(int(grace_s / 0.1)):  # /proc has no event to wait on
+            if not members:
+                break
+            await asyncio.sleep(0.1)
+            members = _group_members(proc.pid)
+        self.left_behind.extend(f"pid {pid}: {_cmdline(pid)[:120]}" for pid in members)
+        await end_group(proc, sig=signal.SIGKILL, grace_s=0)
+
     async def close(self) -> None:
-        """The last stop: SIGTERM, then every process group it ever had is ended."""
+        """The last stop: SIGTERM, then whatever is left of its process group is ended."""
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self.terminate())
         await self._down()
-        for proc in self.processes:
-            await asyncio.shield(end_group(proc, grace_s=5))
+        if self.proc is not None:
+            await asyncio.shield(end_group(self.proc, grace_s=5))
 
     def orphans(self) -> list[str]:
-        """Model servers still alive though the daemon process that started them is gone."""
-        live = self.proc.pid if self.proc is not None and self.proc.returncode is None else None
-        current = set(_children(live)) if live is not None else set()
-        return [
-            f"pid {pid}: {_cmdline(pid)[:120]}" for pid in sorted(self.model_pids) if _alive(pid) and pid not in current
-        ]
+        """Processes a daemon process left alive when it exited (a model server that outlived it)."""
+        return list(self.left_behind)
 
     # -- reading the store (read-only, beside the daemon) --------------------------------
     def _db(self) -> sqlite3.Connection:

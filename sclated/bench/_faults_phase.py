@@ -18,9 +18,11 @@ import grpc
 from sclate_api.v1 import sclate_pb2 as pb
 
 from sclated.bench._faults_check import (
+    END_REASONS,
     Acknowledged,
     CaseOutcome,
     StreamEvent,
+    ended_for,
     leases_expired,
     leases_held_at_end,
     records_lost,
@@ -49,8 +51,9 @@ class Tracked:
     notes: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     """Acknowledged records found missing by the case itself (a saved snapshot gone)."""
-    check: Callable[[list[StreamEvent]], str | None] | None = None
-    """The fault's own check on the run's events once it ended (an anomaly, or None)."""
+    checks: list[Callable[[list[StreamEvent]], str | None]] = field(default_factory=list)
+    """Checks on the run's events once it ended, each an anomaly or None (the fault's own,
+    and that a run which succeeded ended for its scenario's reason)."""
 
     @property
     def name(self) -> str:
@@ -74,7 +77,11 @@ class Phase:
 
     async def create(self, fault: str, run: pb.Run, run_id: str) -> Tracked:
         created = await self.daemon.stub.CreateRun(pb.CreateRunRequest(run=run, run_id=run_id), timeout=60)
-        return self.track(fault, created.name)
+        t = self.track(fault, created.name)
+        expected = END_REASONS.get(run.benchmark.name)
+        if expected is not None:
+            t.checks.append(lambda events: ended_for(events, expected))
+        return t
 
     def track(self, fault: str, name: str) -> Tracked:
         watch = self._watches.get(name)
@@ -144,7 +151,7 @@ class Phase:
                         *leases_held_at_end(events),
                         *(leases_expired(events) if t.fault != "container_pause" else []),
                     ],
-                    anomalies=[a for a in [t.check(events) if t.check else None] if a],
+                    anomalies=[a for a in (check(events) for check in t.checks) if a],
                     replay_divergence=divergence,
                     note="; ".join(t.notes),
                 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import socket
 import tempfile
 from collections.abc import AsyncIterator
@@ -56,7 +57,13 @@ def _dead_url() -> str:
 
 
 def _session(
-    services: SandboxServices, clock: SimClock, failures: list[str], *, run_id: str, grace_s: float = 120.0
+    services: SandboxServices,
+    clock: SimClock,
+    failures: list[str],
+    *,
+    run_id: str,
+    grace_s: float = 120.0,
+    model_url: str = "",
 ) -> SandboxSession:
     async def wait(until_ns: int) -> int:
         return until_ns
@@ -66,7 +73,7 @@ def _session(
         tenant="t",
         run_id=run_id,
         image="sclate-sandbox",
-        model_base_url=_dead_url(),
+        model_base_url=model_url or _dead_url(),
         model_name="",
         limits=Limits(memory_bytes=512 * 1024**2, nano_cpus=1_000_000_000, pids=256),
         options=SandboxOptions(probe=False, model_grace_s=grace_s),
@@ -148,3 +155,75 @@ async def test_a_model_endpoint_unreachable_past_the_grace_fails_the_run(service
     finally:
         await session.close()
     assert await _containers("deadmodel") == []
+
+
+_SLOW_CLIENT = """
+import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1], data=json.dumps({"model": "m", "messages": []}).encode(),
+                             headers={"Content-Type": "application/json", "Authorization": "Bearer " + sys.argv[2]})
+try:
+    urllib.request.urlopen(req, timeout=120)
+except Exception as exc:
+    print(exc)
+"""
+_KILL_PROXY = """
+import os, signal
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+    except OSError:
+        continue
+    if any(a.endswith(b"/mitmdump") for a in argv[:2]):
+        os.kill(int(pid), signal.SIGKILL)
+        print(pid)
+"""
+
+
+async def test_a_capture_proxy_that_dies_mid_call_is_started_again_and_its_call_s_lease_goes(
+    services: SandboxServices,
+) -> None:
+    """Found by `sclated bench faults`: mitmdump killed mid-call left the call's clock lease
+    held for its 15-minute TTL (the run stalled) and every later call failed."""
+    from aiohttp import web
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(60)  # the call stays in flight
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    clock = SimClock(ClockConfig(ClockMode.HYBRID, start_ns=START))
+    failures: list[str] = []
+    session = _session(services, clock, failures, run_id="proxydies", model_url=f"http://127.0.0.1:{port}")
+    await session.open(SessionStart.FRESH, env=lambda endpoints: {})
+    try:
+        url = session.endpoints.agent + session.endpoints.openai_prefix + "/chat/completions"
+        client = f"python3 -c {shlex.quote(_SLOW_CLIENT)} {url} {session.endpoints.api_key} >/tmp/client.log 2>&1 &"
+        await session.exec(["sh", "-c", client], timeout_s=30)
+
+        def calls_held() -> list[str]:
+            return [n for n in clock.leases.counts() if n.startswith("model-call:")]
+
+        async with asyncio.timeout(30):
+            while not calls_held():
+                await asyncio.sleep(0.05)
+        killed = await session.exec(["python3", "-c", _KILL_PROXY], timeout_s=30)
+        assert killed.output.strip(), killed.output
+        async with asyncio.timeout(60):
+            while calls_held() or session.proxy_restarts < 1:
+                await asyncio.sleep(0.1)
+        assert not clock.leases.held and failures == []
+        listening = await session.exec(
+            ["python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 4001), 2).close()"], timeout_s=30
+        )
+        assert listening.exit_code == 0, listening.output  # the proxy is back
+    finally:
+        await session.close()
+        await runner.cleanup()
+    assert session.capture_report.get("proxy_restarts") == 1
+    assert await _containers("proxydies") == []
