@@ -802,6 +802,8 @@ class RunManager:
             try:
                 tok = json.loads(base64.urlsafe_b64decode(page_token.encode() + b"==="))
                 after = int(tok["after"])
+                if not 0 <= after < 2**63:  # a row's seq is a SQLite integer
+                    raise ValueError(after)
                 if tok["f"] != fhash:
                     raise InvalidArgument("page_token belongs to a different filter", field="page_token")
             except InvalidArgument:
