@@ -1,27 +1,34 @@
 """The API part of `sclated bench fuzz`: sclate.v1 requests from the schema against a real daemon.
 
 A real ``sclated`` process (tokens file with two tenants, reports off, state in
-a temporary directory) is given some state per tenant through the API: a run
-that stays RUNNING (the scripted agent's turns take 2 s), two short runs that
-finish, a snapshot of each taken while it ran, and a branch group of two runs
-from one of them; every id and label value of a tenant carries a nonce of its
-own. Then :class:`~sclated.bench._fuzz_requests.RequestGenerator` makes the
-cases (see there), sent ``CONCURRENCY`` at a time over raw-bytes channels, and
-each answer is classified:
+a temporary directory) is given some state per tenant through the API, with the
+scripted agent (no Docker, no model): a run left RUNNING across a restart of
+the daemon (so INTERRUPTED), a run that stays RUNNING (its turns take 2 s), two
+short runs that finish, a snapshot of each taken while it ran, and a branch
+group of two runs from one of them; every id and label value of a tenant
+carries a nonce of its own. Then
+:class:`~sclated.bench._fuzz_requests.RequestGenerator` makes the cases (see
+there), sent ``CONCURRENCY`` at a time over raw-bytes channels (``cases``
+counts requests sent: a ``race`` case sends its request 2-4 times), and each
+answer is classified:
 
 * ``internal_errors``: INTERNAL or UNKNOWN; also a run that ended FAILED with
   an "internal error" (input the API took that broke the run later);
-* ``crashes``: the daemon process exited or stopped answering (checked after
-  every batch; it is started again on the same state to go on);
+* ``crashes``: the daemon process exited, or no longer created a small run
+  within ``HEALTH_DEADLINE_S`` (a daemon whose writes are stuck still answers
+  reads); checked after every batch of ``BATCH`` cases, and started again on
+  the same state to go on;
 * ``state_changed_on_error``: an erroring request of a mutating method, run
   alone with the store read before and after (read-only SQLite: runs and their
   specs, parents and settled states, snapshots, restore markers; 15 ms after
   the answer, past the daemon's 10 ms flush). Sampled: every request naming
-  the other tenant's resources, and ``check_fraction`` of the others;
+  the other tenant's resources, and ``check_fraction`` (30%) of the others. A
+  client's deadline is no refusal: such a request is not checked;
 * ``cross_tenant_leaks``: a string only the other tenant owns (an id, a label
   value, its tenant name) in an answer, that the request did not carry; or an
   OK to a request naming the other tenant's resource;
-* ``auth_bypasses``: anything but UNAUTHENTICATED without a valid token;
+* ``auth_bypasses``: an answer other than UNAUTHENTICATED without a valid token
+  (no answer within the deadline is none);
 * ``unnamed_errors``: an error whose message is empty or that did not come from
   the daemon's error interceptor (no ``sclate-reason`` trailer; gRPC's own refusal
   of an oversized message excepted);
@@ -54,6 +61,7 @@ from sclated.bench._fuzz_requests import Case, RequestGenerator, TenantPools
 __all__ = [
     "Answer",
     "CampaignResult",
+    "DaemonTarget",
     "FuzzTarget",
     "RunState",
     "StoreState",
@@ -271,8 +279,12 @@ def classify(case: Case, answer: Answer, tenants: Sequence[TenantPools]) -> Verd
         pass
     else:
         v.unexpected = True
-    if case.strategy == "auth" and code != grpc.StatusCode.UNAUTHENTICATED and code not in _INTERNAL:
-        v.auth_bypass = True
+    if case.strategy == "auth":
+        # Any answer but UNAUTHENTICATED lets the caller in; none in time (a deadline) is no answer.
+        refused = (
+            code == grpc.StatusCode.UNAUTHENTICATED or code in _INTERNAL or code in _UNSETTLED - {grpc.StatusCode.OK}
+        )
+        v.auth_bypass = answer.messages > 0 or not refused
     sender = case.tenant
     if not sender:
         return v
@@ -360,33 +372,33 @@ class CampaignResult:
         }
 
 
+_COUNTERS = {
+    "internal_error": "internal_errors",
+    "auth_bypass": "auth_bypasses",
+    "unnamed_error": "unnamed_errors",
+    "timeout": "timeouts",
+    "unexpected_status": "unexpected_status",
+    "client_error": "client_errors",
+    "cross_tenant_leak": "cross_tenant_leaks",
+}
+"""Each problem of a :class:`Verdict` and the CampaignResult count it adds to."""
+
+
 def _count(result: CampaignResult, case: Case, answer: Answer, verdict: Verdict) -> None:
     result.cases += 1
     result.status[answer.code.name] += 1
     result.by_method[case.method.name] += 1
     result.by_strategy[case.strategy] += 1
-    detail = f"{answer.code.name} {answer.details[:160]!r}"
-    if verdict.internal:
-        result.internal_errors += 1
-        result.findings.add("internal_error", case, detail)
-    if verdict.auth_bypass:
-        result.auth_bypasses += 1
-        result.findings.add("auth_bypass", case, detail)
-    if verdict.unnamed:
-        result.unnamed_errors += 1
-        result.findings.add("unnamed_error", case, detail)
-    if verdict.timeout:
-        result.timeouts += 1
-        result.findings.add("timeout", case, detail)
-    if verdict.unexpected:
-        result.unexpected_status += 1
-        result.findings.add("unexpected_status", case, detail)
-    if verdict.client_error:
-        result.client_errors += 1
-        result.findings.add("client_error", case, answer.client_error)
-    if verdict.leaks:
-        result.cross_tenant_leaks += 1
-        result.findings.add("cross_tenant_leak", case, f"{answer.code.name}: " + "; ".join(verdict.leaks[:3]))
+    for kind in verdict.problems():
+        counter = _COUNTERS[kind]
+        setattr(result, counter, getattr(result, counter) + 1)
+        if kind == "client_error":
+            detail = answer.client_error
+        elif kind == "cross_tenant_leak":
+            detail = f"{answer.code.name}: " + "; ".join(verdict.leaks[:3])
+        else:
+            detail = f"{answer.code.name} {answer.details[:160]!r}"
+        result.findings.add(kind, case, detail)
 
 
 async def run_campaign(

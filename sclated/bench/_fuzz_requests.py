@@ -395,6 +395,10 @@ def _string_for(ctx: _Ctx, owner: str, name: str, hostile: bool) -> str:
         return rng.choice((*_PATHS, *pools.run_dirs))
     if owner == "BenchmarkSpec" and name == "name":
         return rng.choice(_BENCHMARKS)
+    if name == "scenario":
+        return rng.choice(("", "tiny", "default", "nope", "../tiny", "TINY"))
+    if name == "subset":
+        return rng.choice(("day01", "d0", "", "../day01", "x" * 200))
     if name == "harness":
         return rng.choice(_HARNESSES)
     if name == "base_url":

@@ -22,6 +22,7 @@ from sclated.bench._fuzz import FuzzPart, aggregate, bench_fuzz
 from sclated.bench._fuzz_api import (
     Answer,
     CampaignResult,
+    DaemonTarget,
     RunState,
     StoreState,
     classify,
@@ -30,6 +31,7 @@ from sclated.bench._fuzz_api import (
 )
 from sclated.bench._fuzz_requests import METHODS, MUTATING, SERVICE, STRATEGIES, RequestGenerator, TenantPools
 from sclated.errors import InvalidArgument, NotFound
+from sclated.store import RunRow, Store
 
 from .leftovers import run_bench
 
@@ -165,6 +167,11 @@ def test_anything_but_unauthenticated_without_a_valid_token_is_an_auth_bypass() 
     assert classify(c, Answer(grpc.StatusCode.NOT_FOUND, "x", {"sclate-reason": "N"}), TENANTS).auth_bypass
     fine = Answer(grpc.StatusCode.UNAUTHENTICATED, "unknown bearer token", {"sclate-reason": "UNAUTHENTICATED"})
     assert classify(c, fine, TENANTS).problems() == []
+    # A stream with no answer in time let nothing in; one that sent messages did.
+    watch = _case("WatchRun", "auth", "", name="runs/x")
+    assert not classify(watch, Answer(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"), TENANTS).auth_bypass
+    streamed = Answer(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", payload=b"\x08\x01", messages=1)
+    assert classify(watch, streamed, TENANTS).auth_bypass
 
 
 def test_a_unary_call_past_its_deadline_is_a_timeout_a_stream_is_not() -> None:
@@ -212,6 +219,28 @@ def test_state_changes_ignore_what_runs_do_by_themselves() -> None:
     assert "snapshot t/b/snapshots/s removed" in got and "restore marker for t/d added" in got
     relabelled = StoreState({**before.runs, "t/b": RunState('{"a": 2}', "", "SUCCEEDED")}, before.snapshots)
     assert "run t/b: spec changed" in state_changes(before, relabelled)
+
+
+async def test_the_daemons_store_is_read_as_it_changes(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    store = Store(state_dir / "sclated.db")
+    await store.open()
+    try:
+        target = DaemonTarget(state_dir, {ALICE.tenant: ALICE.token})
+        spec = {"benchmark": {"name": "synthetic"}, "agent": {"harness": "scripted"}}
+        await store.insert_run(RunRow(name="a/r1", tenant="a", spec=spec, state="SUCCEEDED", create_ns=1, seq=1))
+        before = await target.state()
+        assert set(before.runs) == {"a/r1"} and before.runs["a/r1"].state == "SUCCEEDED"
+        await store.insert_run(RunRow(name="a/r2", tenant="a", spec=spec, state="PENDING", create_ns=2, seq=2))
+        await store.update_run("a/r1", state="PENDING")
+        await store.insert_snapshot("a/r1/snapshots/s", "a/r1", "a", 1, 1, 0, {})
+        got = state_changes(before, await target.state())
+        assert got == ["run a/r2 added", "run a/r1: SUCCEEDED -> PENDING", "snapshot a/r1/snapshots/s added"]
+        await store.update_run("a/r2", state="FAILED", reason="internal error: KeyError: 'x'")
+        assert await target.runs_failed_internally() == ["a/r2: internal error: KeyError: 'x'"]
+    finally:
+        await store.close()
 
 
 # -- campaigns against test doubles ------------------------------------------------------------
