@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,9 +18,7 @@ EMPTY_FILTER_HASH = "e3b0c44298fc1c14"
 
 
 @pytest.fixture
-async def manager(tmp_path: Path) -> AsyncIterator[RunManager]:
-    store = Store(tmp_path / "state.db")
-    await store.open()
+async def manager(store: Store) -> AsyncIterator[RunManager]:
     spec = RunSpec.from_dict({"benchmark": {"name": "synthetic"}, "agent": {"harness": "scripted"}})
     for i in range(3):
         await store.insert_run(
@@ -29,7 +26,6 @@ async def manager(tmp_path: Path) -> AsyncIterator[RunManager]:
         )
     # Not started: list only reads the store.
     yield RunManager(store, Registry())
-    await store.close()
 
 
 def token(content: Any) -> str:

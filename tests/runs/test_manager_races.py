@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -22,14 +21,6 @@ SPEC = RunSpec.from_dict(
         "agent": {"harness": "scripted", "options": {"turn_ms": 0}},
     }
 )
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(tmp_path / "state.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 @pytest.fixture
