@@ -90,7 +90,7 @@ async def test_rss_growth_comes_out_large_against_a_server_that_buffers_without_
     async def hello(msg: Mapping[str, Any]) -> dict[str, Any]:
         return {}
 
-    sock = Path(tempfile.mkdtemp(prefix="sc-m-")) / "s.sock"
+    sock = tmp_path / "s.sock"
     grown: dict[str, float] = {}
     for name, limits in (
         ("unbounded", ControlLimits(line_bytes=2**31, held_bytes=2**32, connections=1000)),
