@@ -220,6 +220,9 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     p.add_argument("--count", type=int, default=8, help="rollouts: the group's size K (default 8)")
     p.add_argument("--seed", type=int, default=None, help="fuzz: the campaign's seed (default random; printed)")
     p.add_argument("--requests", type=int, default=10_000, help="fuzz: API requests to send (default 10000)")
+    p.add_argument(
+        "--part", action="append", help="fuzz: run only this part (repeatable: api, control_socket, proxy, adapters)"
+    )
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
     if bench is None:

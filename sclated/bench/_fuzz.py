@@ -8,7 +8,8 @@ seed (printed as ``seed``: ``--seed`` replays a campaign); the aggregate sums
 every count of :data:`TARGETS` over the parts and reports each part's
 ``cases`` under its own key (the API part's as ``requests``). A part that
 fails to run is reported in ``part_errors`` and misses the targets.
-Adding a part is one line in :data:`PARTS`.
+Adding a part is one line in :data:`PARTS`; ``--part NAME`` (repeatable) runs
+only those.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sclated.bench import _fuzz_api
+from sclated.bench import _fuzz_adapters, _fuzz_api, _fuzz_proxy, _fuzz_socket
 
 __all__ = ["PARTS", "TARGETS", "FuzzPart", "aggregate", "bench_fuzz"]
 
@@ -48,7 +49,12 @@ class FuzzPart:
     run: PartRun
 
 
-PARTS: tuple[FuzzPart, ...] = (FuzzPart("api", "requests", _fuzz_api.run),)
+PARTS: tuple[FuzzPart, ...] = (
+    FuzzPart("api", "requests", _fuzz_api.run),
+    FuzzPart("control_socket", "control_socket_cases", _fuzz_socket.run),
+    FuzzPart("proxy", "proxy_cases", _fuzz_proxy.run),
+    FuzzPart("adapters", "adapters_cases", _fuzz_adapters.run),
+)
 
 
 def aggregate(
@@ -87,6 +93,12 @@ async def bench_fuzz(args: argparse.Namespace, parts: tuple[FuzzPart, ...] | Non
     results: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
     declared = PARTS if parts is None else parts
+    only = getattr(args, "part", None)
+    if only:
+        unknown = sorted(set(only) - {p.name for p in declared})
+        if unknown:
+            raise ValueError(f"no fuzz part named {', '.join(unknown)}; have: {', '.join(p.name for p in declared)}")
+        declared = tuple(p for p in declared if p.name in only)
     for part in declared:
         try:
             results[part.name] = await part.run(args, seed)

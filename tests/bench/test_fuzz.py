@@ -453,8 +453,21 @@ def test_a_clean_aggregate_meets_the_targets() -> None:
     assert out["meets_targets"] is True and out["missed_targets"] == [] and out["requests"] == 3
 
 
-def test_the_api_part_is_declared() -> None:
-    assert [(p.name, p.cases_key) for p in _fuzz.PARTS][:1] == [("api", "requests")]
+def test_the_parts_are_declared_each_with_its_own_cases_key() -> None:
+    assert [(p.name, p.cases_key) for p in _fuzz.PARTS] == [
+        ("api", "requests"),
+        ("control_socket", "control_socket_cases"),
+        ("proxy", "proxy_cases"),
+        ("adapters", "adapters_cases"),
+    ]
+
+
+async def test_part_selects_the_parts_to_run() -> None:
+    parts = (_part("api", "requests"), _part("proxy", "proxy_cases", cases=4))
+    out = await bench_fuzz(argparse.Namespace(seed=1, part=["proxy"]), parts)
+    assert set(out["parts"]) == {"proxy"} and out["proxy_cases"] == 4 and "requests" not in out
+    with pytest.raises(ValueError, match="no fuzz part named nope"):
+        await bench_fuzz(argparse.Namespace(seed=1, part=["nope"]), parts)
 
 
 # -- a real daemon ------------------------------------------------------------------------------
@@ -462,7 +475,7 @@ def test_the_api_part_is_declared() -> None:
 
 @pytest.mark.e2e
 def test_a_small_campaign_against_a_real_daemon_meets_the_targets_and_cleans_up(bench_tmp: Path) -> None:
-    run = run_bench("fuzz", "--requests", "400", "--seed", "7", tmpdir=bench_tmp, timeout_s=300)
+    run = run_bench("fuzz", "--part", "api", "--requests", "400", "--seed", "7", tmpdir=bench_tmp, timeout_s=300)
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.json()
     assert out["seed"] == 7 and isinstance(out["requests"], int) and out["requests"] >= 400
