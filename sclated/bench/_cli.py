@@ -146,6 +146,12 @@ def _rollouts(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_rollouts(args)
 
 
+def _fuzz(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._fuzz import bench_fuzz
+
+    return bench_fuzz(args)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
@@ -158,6 +164,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "gaia2": _gaia2,
     "branches": _branches,
     "rollouts": _rollouts,
+    "fuzz": _fuzz,
 }
 
 
@@ -211,6 +218,11 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
         help="harness, branches: the embedded model's context (default 16384: a harness resends its whole session)",
     )
     p.add_argument("--count", type=int, default=8, help="rollouts: the group's size K (default 8)")
+    p.add_argument("--seed", type=int, default=None, help="fuzz: the campaign's seed (default random; printed)")
+    p.add_argument("--requests", type=int, default=10_000, help="fuzz: API requests to send (default 10000)")
+    p.add_argument(
+        "--part", action="append", help="fuzz: run only this part (repeatable: api, control_socket, proxy, adapters)"
+    )
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
     if bench is None:
