@@ -23,7 +23,11 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BENCHES", "end_group", "run_bench_cli", "spawn"]
+__all__ = ["BENCHES", "FUZZ_PARTS", "end_group", "run_bench_cli", "spawn"]
+
+# Spelled out so that parsing options imports no fuzz part; tests/bench/test_fuzz.py
+# holds it to sclated.bench._fuzz.PARTS.
+FUZZ_PARTS = ("api", "control_socket", "proxy", "adapters")
 
 # Process groups (= leader pids) started by spawn() and not yet ended.
 _GROUPS: set[int] = set()
@@ -221,7 +225,10 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=None, help="fuzz: the campaign's seed (default random; printed)")
     p.add_argument("--requests", type=int, default=10_000, help="fuzz: API requests to send (default 10000)")
     p.add_argument(
-        "--part", action="append", help="fuzz: run only this part (repeatable: api, control_socket, proxy, adapters)"
+        "--part",
+        action="append",
+        choices=FUZZ_PARTS,
+        help="fuzz: run only this part (repeatable)",
     )
     args = p.parse_args(argv)
     bench = BENCHES.get(which)

@@ -470,6 +470,16 @@ async def test_part_selects_the_parts_to_run() -> None:
         await bench_fuzz(argparse.Namespace(seed=1, part=["nope"]), parts)
 
 
+def test_the_command_line_names_every_part_and_refuses_others(capsys: pytest.CaptureFixture[str]) -> None:
+    from sclated.bench._cli import FUZZ_PARTS, run_bench_cli
+    from sclated.bench._fuzz import PARTS
+
+    assert tuple(p.name for p in PARTS) == FUZZ_PARTS
+    with pytest.raises(SystemExit) as exit_:
+        run_bench_cli("fuzz", ["--part", "nope"])
+    assert exit_.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+
+
 # -- a real daemon ------------------------------------------------------------------------------
 
 
