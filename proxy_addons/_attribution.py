@@ -111,7 +111,8 @@ def hints(header: Header) -> Hints:
     own_branch, own_parent = _branch_hints.from_headers(header)
     return Hints(
         thread=header("x-sclate-thread") or None,
-        turn=int(turn) if turn and turn.strip().lstrip("-").isdigit() else None,
+        # At most 18 digits: a longer one is past Python's int parsing limits (and any turn).
+        turn=int(turn) if turn and turn.strip().lstrip("-").isdigit() and len(turn.strip()) <= 18 else None,
         parent_thread=header("x-sclate-parent-thread") or own_parent,
         branch_hint=header("x-sclate-branch") or own_branch,
     )

@@ -11,7 +11,7 @@ from collections.abc import Collection
 from typing import Any
 
 from proxy_addons import _attribution, _branch_hints, _sse, _tokens
-from proxy_addons.record import SCHEMA_VERSION, ApiKind, Chunk, Record, Timings
+from proxy_addons.record import MAX_RECORD_BYTES, SCHEMA_VERSION, ApiKind, Chunk, Record, Timings, dumps
 
 
 @dataclasses.dataclass
@@ -99,8 +99,9 @@ class Call:
         self.chunks.append(Chunk(t_ns=time.time_ns(), size=len(chunk), text=text))
         self.text_parts.append(text)
 
-    def response_body(self, raw: bytes | None) -> tuple[Any, bool]:
-        """The response as JSON (or text), and whether a stream ended properly."""
+    def response_body(self, raw: bytes | None) -> tuple[Any, bool, int]:
+        """The response as JSON (or text), whether a stream ended properly, and how
+        many of its events were malformed."""
         if self.streamed:
             if self.decoder is not None:
                 tail = self.decoder.decode(b"", final=True)
@@ -108,17 +109,17 @@ class Call:
                     self.text_parts.append(tail)
             return _sse.assemble_stream(self.api, "".join(self.text_parts))
         if raw is None:
-            return None, True
+            return None, True, 0
         text = raw.decode("utf-8", "replace")
         parsed = _sse.json_or_none(text) if text else None
-        return (parsed if parsed is not None else (text or None)), True
+        return (parsed if parsed is not None else (text or None)), True, 0
 
-    def to_record(self, status: int | None, raw: bytes | None, error: str | None, end_ns: int) -> Record:
-        """The call's record: ``status`` and ``raw`` body of the response
-        (None without one; ignored for a stream, whose chunks were kept),
-        ``error`` when the flow failed."""
-        warnings: list[str] = []
-        body, finished = self.response_body(raw)
+    def _read_response(
+        self, status: int | None, raw: bytes | None, error: str | None, unreadable: str, warnings: list[str]
+    ) -> tuple[Any, str | None, bool, _tokens.Tokens]:
+        """The response's body, the call's error and whether it is complete, and its tokens
+        (``warnings`` gets what was wrong with it)."""
+        body, finished, malformed = self.response_body(raw)
         if error is not None and finished and self.streamed and _client_left(error):
             # Codex closes its connection as soon as it has read a response's final
             # event, sometimes before the proxy sees the stream end: the call was
@@ -130,10 +131,38 @@ class Call:
             complete = False
             if error is None:
                 warnings.append("stream ended without a final event")
+        if malformed:
+            complete = False
+            warnings.append(f"{malformed} malformed stream event(s) left out of the response")
+        if unreadable:
+            complete = False
+            warnings.append(unreadable)
+        elif complete and not (self.streamed and self.api == "openai_embeddings"):  # (its streams are not read)
+            # A 2xx answer that is not a response of its API (HTML, invalid JSON, an
+            # empty body, fields of the wrong shape) is a failed call: bad_response.
+            problem = _not_a_response(self.api, body)
+            if problem is not None:
+                complete = False
+                warnings.append(problem)
         if self.api == "openai_embeddings":
             body = _without_vectors(body)
         tokens = _tokens.extract_tokens(self.api, body)
         warnings.extend(tokens.warnings)
+        return body, error, complete, tokens
+
+    def to_record(
+        self, status: int | None, raw: bytes | None, error: str | None, end_ns: int, *, unreadable: str = ""
+    ) -> Record:
+        """The call's record: ``status`` and ``raw`` body of the response
+        (None without one; ignored for a stream, whose chunks were kept),
+        ``error`` when the flow failed, ``unreadable`` why the body could not be
+        read as it says it is (its content-encoding)."""
+        warnings: list[str] = []
+        try:
+            body, error, complete, tokens = self._read_response(status, raw, error, unreadable, warnings)
+        except Exception as exc:  # a response this proxy cannot read is still recorded, as failed
+            body, complete, tokens = None, False, _tokens.Tokens(None, [], None, None, [])
+            error = f"sclate: the proxy could not read the response ({type(exc).__name__}: {exc})"[:500]
         model = self.request_body.get("model") if isinstance(self.request_body, dict) else None
         if model is None and isinstance(body, dict):
             model = body.get("model")
@@ -170,6 +199,60 @@ class Call:
             warnings=warnings,
             component=_attribution.component_of(self.role, self.api, self.memory_system, self.via_memory_system),
         )
+
+
+_RESPONSE_LISTS = {
+    "openai_chat": "choices",
+    "openai_completions": "choices",
+    "openai_responses": "output",
+    "anthropic_messages": "content",
+    "openai_embeddings": "data",
+}
+"""The list every response of an API has (what its answer is in)."""
+
+
+def _not_a_response(api: str, body: Any) -> str | None:
+    """Why ``body`` is not a response of ``api`` (None: it is one, or the API is not a model's)."""
+    key = _RESPONSE_LISTS.get(api)
+    if key is None:
+        return None
+    if not isinstance(body, dict):
+        what = "empty" if body is None else "not a JSON object"
+        return f"the response body is {what}: not a {api} response"
+    if not isinstance(body.get(key), list):
+        return f"the response has no {key} list: not a {api} response"
+    return None
+
+
+def bounded(rec: Record, limit: int = MAX_RECORD_BYTES) -> tuple[Record, str]:
+    """``rec`` and its JSON text, at most ``limit`` bytes: a record past it (a body of
+    tens of megabytes) keeps the sizes of its bodies, not their text, and counts as
+    failed (what a trainer would learn from is gone); the daemon's control socket
+    refuses longer lines."""
+    text = dumps(rec)
+    if len(text) <= limit // 4 or len(size := text.encode()) <= limit:
+        return rec, text
+    first = len(size)
+    out = Record(**rec)  # type: ignore[typeddict-item]
+    out["chunks"] = [Chunk(t_ns=c["t_ns"], size=c["size"], text="") for c in rec["chunks"]]
+    out["response"] = None
+    out["complete"] = False
+    left_out = ["the response body", "the stream's text"]
+    text = dumps(out)
+    if len(text.encode()) > limit:
+        out["request"] = None
+        left_out.append("the request body")
+        text = dumps(out)
+    if len(text.encode()) > limit:
+        out["prompt_token_ids"] = None
+        out["completions"] = []
+        out["chunks"] = []
+        left_out.append("the token ids and the chunks")
+    out["warnings"] = [
+        *rec["warnings"],
+        f"the record was {first} bytes, past the {limit} bytes a record may have: {', '.join(left_out)} left out",
+    ]
+    return out, dumps(out)
 
 
 def _without_vectors(body: Any) -> Any:

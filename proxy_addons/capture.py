@@ -101,7 +101,7 @@ from proxy_addons._attribution import (  # noqa: E402
     parse_roles,
     run_from_key,
 )
-from proxy_addons._call import Call  # noqa: E402
+from proxy_addons._call import Call, bounded  # noqa: E402
 from proxy_addons._control import DEFAULT_SOCKET, ControlClient, ControlError  # noqa: E402
 from proxy_addons._spool import DEFAULT_SPOOL, Spool  # noqa: E402
 
@@ -342,15 +342,30 @@ class SclateCapture:
         self, call: Call, flow: http.HTTPFlow, error: str | None, end_ns: int | None = None
     ) -> record.Record:
         resp = flow.response
-        raw = None if resp is None or call.streamed else (resp.get_content(strict=False) or b"")
+        raw: bytes | None = None
+        unreadable = ""
+        if resp is not None and not call.streamed:
+            try:
+                raw = resp.get_content(strict=True) or b""
+            except ValueError:
+                # Not what its content-encoding says (mitmproxy's strict decoding): the
+                # client could not read it either.
+                raw = resp.raw_content or b""
+                encoding = resp.headers.get("content-encoding", "")
+                unreadable = f"the response body does not decode as its content-encoding {encoding!r}"
         status = resp.status_code if resp is not None else None
-        return call.to_record(status, raw, error, time.time_ns() if end_ns is None else end_ns)
+        return call.to_record(status, raw, error, time.time_ns() if end_ns is None else end_ns, unreadable=unreadable)
 
     async def _complete(self, call: Call, flow: http.HTTPFlow, error: str | None, end_ns: int) -> None:
         # Before any await: a retry of this call cannot have arrived yet.
-        rec = self.build_record(call, flow, error, end_ns)
+        try:
+            rec: record.Record | None
+            rec, text = bounded(self.build_record(call, flow, error, end_ns))
+        except Exception as e:  # the call must give its lease back whatever went wrong here
+            log.error("sclate: no record for call %s: %s: %s", call.call_id, type(e).__name__, e)
+            rec, text = None, ""
         key = (call.thread, call.body_hash)
-        if rec["error"] is not None or not rec["complete"]:
+        if rec is None or rec["error"] is not None or not rec["complete"]:
             self._failed[key] = call.call_id
         else:
             self._failed.pop(key, None)
@@ -361,7 +376,8 @@ class SclateCapture:
             await self.client.request("call_end", {"call_id": call.call_id}, self.send_timeout_s)
         except _DAEMON_AWAY as e:
             log.warning("sclate: call_end for %s not acknowledged: %s", call.call_id, e)
-        text = record.dumps(rec)
+        if rec is None:
+            return
         # On disk before it is sent: if we die between the two, the record is
         # redelivered on the next start instead of lost. On this thread (see
         # the module docstring); the write (fsync included, ~0.6 ms) happens

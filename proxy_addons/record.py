@@ -28,6 +28,8 @@ from typing import Annotated, Any, Literal, TypedDict, Union, get_args, get_orig
 
 __all__ = [
     "API_KINDS",
+    "MAX_LINE_BYTES",
+    "MAX_RECORD_BYTES",
     "READER_DEFAULTS",
     "SCHEMA_VERSION",
     "ApiKind",
@@ -46,6 +48,11 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""The longest request line the daemon's control socket reads (a longer one is refused)."""
+MAX_RECORD_BYTES = MAX_LINE_BYTES - 64 * 1024
+"""The longest record text the addon sends: a record of a call with longer bodies keeps
+their sizes, not their text (see ``proxy_addons._call``)."""
 
 ApiKind = Literal[
     "openai_chat", "openai_completions", "openai_responses", "anthropic_messages", "openai_embeddings", "other"

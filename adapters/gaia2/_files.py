@@ -10,11 +10,11 @@ the run starts, also naming the file.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adapters._data_files import read_json
 from sclated.errors import InvalidArgument
 
 __all__ = ["ScenarioFile", "check_scenario_file"]
@@ -37,14 +37,7 @@ def _bad(path: Path, where: str, what: str) -> InvalidArgument:
 
 def check_scenario_file(path: Path) -> ScenarioFile:
     """Parse and check ``path``; InvalidArgument names the file and the field."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidArgument(f"Gaia2 scenario file {path}: cannot read it: {exc.strerror}", field=_FIELD) from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _bad(path, f"line {exc.lineno} column {exc.colno}", f"not JSON ({exc.msg})") from None
+    doc = read_json(path, "Gaia2 scenario file")
     if not isinstance(doc, dict):
         raise _bad(path, "top level", "must be an object")
     if doc.get("version") != EXPORT_VERSION:
@@ -95,7 +88,7 @@ def _check_event(path: Path, i: int, event: Any, ids: set[str], app_names: set[s
     if eid in ids:
         raise _bad(path, f"{where}.event_id", f"{eid!r} is used twice")
     ids.add(eid)
-    if event.get("event_type") not in _EVENT_TYPES:
+    if not isinstance(event.get("event_type"), str) or event["event_type"] not in _EVENT_TYPES:
         raise _bad(
             path, f"{where}.event_type", f"must be one of {sorted(_EVENT_TYPES)}, got {event.get('event_type')!r}"
         )
@@ -103,16 +96,21 @@ def _check_event(path: Path, i: int, event: Any, ids: set[str], app_names: set[s
         value = event.get(key)
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value < 0):
             raise _bad(path, f"{where}.{key}", f"must be a number >= 0 or null, got {value!r}")
-    deps = event.get("dependencies", [])
+    deps = event.get("dependencies")
     if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        raise _bad(path, f"{where}.dependencies", "must be a list of event ids")
+        raise _bad(path, f"{where}.dependencies", "must be a list of event ids (ARE's files always have one)")
     action = event.get("action")
     if event.get("event_type") == "CONDITION":
         return
     if not isinstance(action, dict):
         raise _bad(path, f"{where}.action", "must be an object with app, function and args")
-    if action.get("app") not in app_names:
-        raise _bad(path, f"{where}.action.app", f"{action.get('app')!r} is not one of the file's apps")
+    if not isinstance(action.get("app"), str) or action["app"] not in app_names:
+        raise _bad(
+            path,
+            f"{where}.action.app",
+            f"{str(action.get('app'))[:80]!r} is not the name of one of the file's apps (apps[].name: "
+            f"{', '.join(sorted(app_names))})",
+        )
     if not isinstance(action.get("function"), str) or not action["function"]:
         raise _bad(path, f"{where}.action.function", "must be a non-empty string")
     args = action.get("args", [])
@@ -121,3 +119,6 @@ def _check_event(path: Path, i: int, event: Any, ids: set[str], app_names: set[s
     for j, arg in enumerate(args):
         if not isinstance(arg, dict) or not isinstance(arg.get("name"), str):
             raise _bad(path, f"{where}.action.args[{j}]", "must be an object with a name")
+        if not isinstance(arg.get("value_type"), str) or not arg["value_type"]:
+            # ARE reads the value by it (and fails on anything else without naming the field).
+            raise _bad(path, f"{where}.action.args[{j}].value_type", "must be a type name (str, int, list[str], ...)")

@@ -40,7 +40,7 @@ from adapters._base import (
 )
 from adapters.gaia2._files import check_scenario_file
 from adapters.gaia2._world import WorldProcess
-from sclated.errors import FailedPrecondition, InvalidArgument
+from sclated.errors import FailedPrecondition, InvalidArgument, NotFound
 from sclated.scheduler import (
     After,
     AgentControl,
@@ -417,6 +417,11 @@ class Gaia2Benchmark:
                 files = [f for f in files if f.stem == name]
             if len(files) != 1:
                 found = ", ".join(f.stem for f in sorted(config.data_dir.glob("*.json"))) or "none"
+                if name is not None:
+                    raise NotFound(
+                        f"Gaia2 data {config.data_dir} has no scenario file {name}.json (files: {found})",
+                        field="run.benchmark.scenario",
+                    )
                 raise InvalidArgument(
                     f"Gaia2 data {config.data_dir}: name one scenario file with --scenario (files: {found})",
                     field="run.benchmark.scenario",

@@ -123,7 +123,7 @@ def _load(source: dict[str, Any], *, oracle: bool = True, judge: bool = False) -
                 text, apps_to_skip=["SandboxLocalFileSystem"], load_completed_events=False
             )
         except Exception as exc:  # pydantic's and ARE's own errors, named with the file
-            raise WorldError(f"{path}: ARE could not import it: {_first_line(exc)}", "file") from exc
+            raise WorldError(f"{path}: ARE could not import it: {_fields_or_first_line(exc)}", "file") from exc
         try:
             if oracle:
                 scenario.initialize()
@@ -143,6 +143,19 @@ def _load(source: dict[str, Any], *, oracle: bool = True, judge: bool = False) -
     if "generated" in source:
         return _generated(dict(source["generated"]))
     raise WorldError("open needs one of registry, file, generated", "source")
+
+
+def _fields_or_first_line(exc: BaseException) -> str:
+    """A pydantic error as the fields it names (``events.0.action.args.0.value_type: ...``);
+    any other as its first line."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return _first_line(exc)
+    errors = exc.errors()
+    shown = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:3])
+    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+    return f"{type(exc).__name__}: {shown}{more}"
 
 
 def _first_line(exc: BaseException) -> str:

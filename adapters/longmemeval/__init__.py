@@ -15,11 +15,11 @@ Options: ``file`` (file name inside ``data_dir``, default ``longmemeval_s.json``
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Any
 
 from adapters import BenchmarkInfo, ScenarioConfig
+from adapters._data_files import read_json, typed
 from adapters.longmemeval._judge import (
     QUESTION_TYPES,
     anscheck_prompt,
@@ -78,7 +78,8 @@ class LongMemEvalBenchmark:
             builtin_data=(_SCENARIOS_DIR,),
         )
 
-    def _raw_items(self, config: ScenarioConfig) -> list[dict[str, Any]]:
+    def _raw_items(self, config: ScenarioConfig) -> tuple[Path, list[dict[str, Any]]]:
+        """The data file and its items."""
         if config.data_dir is not None:
             path = Path(config.data_dir)
             if path.is_dir():
@@ -89,26 +90,27 @@ class LongMemEvalBenchmark:
             raise NotFound(
                 f"no LongMemEval scenario {config.scenario!r}: give data_dir or one of {', '.join(BUILTIN_SCENARIOS)}"
             )
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise NotFound(f"LongMemEval data file {path} does not exist") from None
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"LongMemEval data file {path} is not valid JSON: {exc}") from None
+        raw = read_json(path, "LongMemEval data file")
         if not isinstance(raw, list):
             raise InvalidArgument(f"LongMemEval data file {path} is not a JSON list of items")
-        return raw
+        for i, item in enumerate(raw):
+            where = f"LongMemEval data file {path}, item {i}"
+            if not isinstance(item, dict):
+                raise InvalidArgument(f"{where}: must be an object (an item)")
+            if typed(item, "question_id", (str, int), where) == "":
+                raise InvalidArgument(f"{where}: question_id is empty", field="question_id")
+        return path, raw
 
     def question_ids(self, config: ScenarioConfig) -> list[str]:
-        return [str(item.get("question_id")) for item in self._raw_items(config)]
+        return [str(item.get("question_id")) for item in self._raw_items(config)[1]]
 
     def load(self, config: ScenarioConfig) -> LongMemEvalScenario:
-        raw = self._raw_items(config)
+        path, raw = self._raw_items(config)
         ids = [str(item.get("question_id")) for item in raw]
         chosen = [item for item in raw if not config.subset or str(item.get("question_id")) in config.subset]
         unknown = [q for q in config.subset if q not in ids]
         if unknown:
-            raise InvalidArgument(f"LongMemEval subset names unknown question ids {unknown}", field="subset")
+            raise InvalidArgument(f"LongMemEval subset names question_ids not in {path}: {unknown}", field="subset")
         if len(chosen) != 1:
             shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
             raise InvalidArgument(
@@ -133,5 +135,10 @@ class LongMemEvalBenchmark:
                     f"option consolidate_at={value!r} is not a time like '02:00'",
                     field="options.consolidate_at",
                 ) from None
-        item = LongMemEvalItem.from_upstream(chosen[0], assistant_turns=assistant_turns)
+        at = raw.index(chosen[0])
+        item = LongMemEvalItem.from_upstream(
+            chosen[0],
+            assistant_turns=assistant_turns,
+            where=f"LongMemEval data file {path}, item {at} ({ids[at]})",
+        )
         return LongMemEvalScenario(item, consolidate_at=consolidate)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from adapters import Capability, GradeContext, RoundInfo, Verdict
+from adapters._data_files import typed
 from adapters.longmemeval._judge import anscheck_prompt, contains_match, exact_match, judge_label
 from sclated.errors import InvalidArgument, NotFound
 from sclated.scheduler import (
@@ -70,13 +71,14 @@ AssistantTurns = Literal["drop", "attach"]
 _RECORDED = "[Recorded assistant reply in the original conversation]"
 
 
-def parse_date(raw: str) -> dt.datetime:
-    """Upstream dates (``2023/05/20 (Sat) 02:21``) are UTC wall times."""
+def parse_date(raw: str, where: str = "LongMemEval date") -> dt.datetime:
+    """Upstream dates (``2023/05/20 (Sat) 02:21``) are UTC wall times; ``where`` names the
+    file and field in the error."""
     try:
         return dt.datetime.strptime(raw.strip(), DATE_FORMAT).replace(tzinfo=dt.UTC)
     except ValueError:
         raise InvalidArgument(
-            f"LongMemEval date {raw!r} is not in the upstream format like '2023/05/20 (Sat) 02:21'"
+            f"{where} {raw[:80]!r} is not in the upstream format like '2023/05/20 (Sat) 02:21'"
         ) from None
 
 
@@ -109,7 +111,11 @@ class LongMemEvalItem:
         return "_abs" in self.question_id
 
     @classmethod
-    def from_upstream(cls, raw: Mapping[str, Any], *, assistant_turns: AssistantTurns = "drop") -> LongMemEvalItem:
+    def from_upstream(
+        cls, raw: Mapping[str, Any], *, assistant_turns: AssistantTurns = "drop", where: str = "LongMemEval item"
+    ) -> LongMemEvalItem:
+        """An upstream item; ``where`` (its file and place in it) starts every error, which
+        names the field too."""
         missing = [
             k
             for k in (
@@ -125,18 +131,36 @@ class LongMemEvalItem:
             if k not in raw
         ]
         if missing:
-            raise InvalidArgument(f"LongMemEval item {raw.get('question_id')!r} lacks fields {missing}")
+            raise InvalidArgument(f"{where}: lacks fields {missing}", field=missing[0])
+        typed(raw, "question_id", (str, int), where)
+        typed(raw, "question_type", str, where)
+        typed(raw, "question", str, where)
+        typed(raw, "question_date", str, where)
+        typed(raw, "answer_session_ids", list, where, required=False)
         ids, dates, bodies = (
-            raw["haystack_session_ids"],
-            raw["haystack_dates"],
-            raw["haystack_sessions"],
+            typed(raw, "haystack_session_ids", list, where),
+            typed(raw, "haystack_dates", list, where),
+            typed(raw, "haystack_sessions", list, where),
         )
         if not len(ids) == len(dates) == len(bodies):
             raise InvalidArgument(
-                f"LongMemEval item {raw['question_id']!r}: haystack ids, dates and sessions differ in length"
+                f"{where}: haystack_session_ids, haystack_dates and haystack_sessions differ in length "
+                f"({len(ids)}, {len(dates)}, {len(bodies)})",
+                field="haystack_sessions",
             )
         sessions: list[HaystackSession] = []
         for index, (sid, date, body) in enumerate(zip(ids, dates, bodies, strict=True)):
+            at = f"{where}, haystack_sessions[{index}]"
+            if not isinstance(body, list) or not all(isinstance(t, Mapping) for t in body):
+                raise InvalidArgument(
+                    f"{at} must be a list of turns (objects with role and content)", field="haystack_sessions"
+                )
+            if not isinstance(date, str):
+                raise InvalidArgument(f"{where}, haystack_dates[{index}] must be a string", field="haystack_dates")
+            if not isinstance(sid, str | int):
+                raise InvalidArgument(
+                    f"{where}, haystack_session_ids[{index}] must be a string", field="haystack_session_ids"
+                )
             turns = _turns(body, assistant_turns)
             if not turns:
                 continue  # nothing the user said: nothing to deliver
@@ -144,7 +168,7 @@ class LongMemEvalItem:
                 HaystackSession(
                     index=index,
                     session_id=str(sid),
-                    date=parse_date(str(date)),
+                    date=parse_date(date, f"{where}, haystack_dates[{index}]"),
                     turns=turns,
                     has_answer=any(bool(t.get("has_answer")) for t in body),
                 )
@@ -157,9 +181,9 @@ class LongMemEvalItem:
             question_type=str(raw["question_type"]),
             question=str(raw["question"]),
             answer=raw["answer"],
-            question_date=parse_date(str(raw["question_date"])),
+            question_date=parse_date(str(raw["question_date"]), f"{where}, question_date"),
             sessions=tuple(sessions),
-            answer_session_ids=tuple(str(s) for s in raw.get("answer_session_ids", ())),
+            answer_session_ids=tuple(str(s) for s in raw.get("answer_session_ids") or ()),
         )
 
 

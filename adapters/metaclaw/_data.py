@@ -17,13 +17,13 @@ rounds cannot be graded because an input they need is not in the data.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adapters._data_files import parse_json, read_json, read_text, typed
 from sclated.errors import InvalidArgument, NotFound
 
 __all__ = ["MetaClawData", "MetaClawDay", "MetaClawRound", "OpeningMessage", "read_data"]
@@ -102,18 +102,27 @@ def _resolve(root: Path, raw: str | None, default: str) -> Path:
         candidates.append(root / raw)
     candidates.append(root / default)
     for cand in candidates:
-        if cand.exists():
-            return cand
+        try:
+            if cand.exists():
+                return cand
+        except OSError:  # a name too long to be a path: not there
+            continue
     return candidates[-1]
 
 
-def _load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NotFound(f"MetaClaw data: {path} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"MetaClaw data: {path} is not valid JSON: {exc}") from None
+_DATA = "MetaClaw data file"
+_TRANSCRIPT = "MetaClaw session transcript"
+
+
+def _name(test: Mapping[str, Any], key: str, where: str, default: str) -> str:
+    """A name that becomes part of a path (a day's eval folder, its agent and session):
+    one path component, as upstream's are."""
+    value = typed(test, key, str, where, required=False)
+    if value is None:
+        return default
+    if not value or len(value) > 255 or value in (".", "..") or any(c in value for c in "/\\\0"):
+        raise InvalidArgument(f"{where}: {key} {value[:80]!r} is not a file name", field=key)
+    return str(value)
 
 
 def _read_session(path: Path) -> tuple[dt.datetime | None, tuple[OpeningMessage, ...]]:
@@ -122,10 +131,11 @@ def _read_session(path: Path) -> tuple[dt.datetime | None, tuple[OpeningMessage,
         return None, ()
     start: dt.datetime | None = None
     openings: list[OpeningMessage] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for n, line in enumerate(read_text(path, _TRANSCRIPT).splitlines(), 1):
         if not line.strip():
             continue
-        rec = json.loads(line)
+        where = f"{_TRANSCRIPT} {path} line {n}"
+        rec = _parse_line(line, where)
         ts_raw = rec.get("timestamp")
         ts = _parse_iso(ts_raw) if isinstance(ts_raw, str) else None
         if rec.get("type") == "session" and ts is not None:
@@ -135,6 +145,8 @@ def _read_session(path: Path) -> tuple[dt.datetime | None, tuple[OpeningMessage,
             content = msg.get("content")
             if isinstance(content, str):
                 text = content
+            elif content is not None and not isinstance(content, list):
+                raise InvalidArgument(f"{where}: message.content must be text or a list of parts", field="content")
             else:
                 text = "\n".join(
                     str(part.get("text", ""))
@@ -147,6 +159,13 @@ def _read_session(path: Path) -> tuple[dt.datetime | None, tuple[OpeningMessage,
             if text.strip():
                 openings.append(OpeningMessage(max(0.0, offset), text))
     return start, tuple(openings)
+
+
+def _parse_line(line: str, where: str) -> Mapping[str, Any]:
+    rec = parse_json(line, where)
+    if not isinstance(rec, Mapping):
+        raise InvalidArgument(f"{where}: a transcript line must be a JSON object")
+    return rec
 
 
 def _parse_iso(raw: str) -> dt.datetime | None:
@@ -193,7 +212,7 @@ def _missing_inputs(
             )
     day_dir = workspace_src / day
     readme = day_dir / "README.md"
-    materials = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    materials = read_text(readme, "MetaClaw workspace file") if readme.is_file() else ""
     backed_up = {Path(arg).name for arg in _BACKUP.findall(command)}
     seen: set[str] = set()
     for name in _FILE.findall(f"{question}\n{command}"):
@@ -210,34 +229,46 @@ def _missing_inputs(
 
 
 def read_data(root: Path, *, scripts_dir: Path | None = None, subset: Sequence[str] = ()) -> MetaClawData:
+    """Every problem is an InvalidArgument (or NotFound) naming the file and the field."""
     root = root.resolve()
     all_tests_path = root / "all_tests.json"
-    all_tests = _load_json(all_tests_path)
+    all_tests = read_json(all_tests_path, _DATA)
+    where = f"{_DATA} {all_tests_path}"
     if not isinstance(all_tests, Mapping) or not isinstance(all_tests.get("test"), list):
-        raise InvalidArgument(f"MetaClaw data: {all_tests_path} has no `test` list")
-    eval_dir = _resolve(root, all_tests.get("eval_dir"), "eval")
-    workspace_src = _resolve(root, all_tests.get("workspace_src"), "workspaces/shared")
-    state_dir = _resolve(root, all_tests.get("openclaw_state_dir"), "openclaw_state")
-    config = _resolve(root, all_tests.get("openclaw_config_file"), "openclaw_cfg/openclaw.json")
+        raise InvalidArgument(f"{where} has no `test` list", field="test")
+    eval_dir = _resolve(root, typed(all_tests, "eval_dir", str, where, required=False), "eval")
+    workspace_src = _resolve(root, typed(all_tests, "workspace_src", str, where, required=False), "workspaces/shared")
+    state_dir = _resolve(root, typed(all_tests, "openclaw_state_dir", str, where, required=False), "openclaw_state")
+    config = _resolve(
+        root, typed(all_tests, "openclaw_config_file", str, where, required=False), "openclaw_cfg/openclaw.json"
+    )
     if scripts_dir is None and (eval_dir / "scripts").is_dir():
         scripts_dir = eval_dir / "scripts"
 
-    tests: list[Mapping[str, Any]] = list(all_tests["test"])
-    known = [str(t.get("id")) for t in tests]
+    tests: list[tuple[str, str, Mapping[str, Any]]] = []
+    for i, test in enumerate(all_tests["test"]):
+        at = f"{where}, test[{i}]"
+        if not isinstance(test, Mapping):
+            raise InvalidArgument(f"{at} must be an object (a day)", field="test")
+        tests.append((at, _name(test, "id", at, ""), test))
+    known = [day for _, day, _ in tests]
+    for at, day, _ in tests:
+        if not day:
+            raise InvalidArgument(f"{at}: id must be a day's name (day01)", field="id")
     unknown = [s for s in subset if s not in known]
     if unknown:
         raise InvalidArgument(
-            f"MetaClaw subset names unknown days {unknown}; known: {', '.join(known)}",
+            f"MetaClaw subset names unknown days {unknown}; {all_tests_path} has: {', '.join(known)}",
             field="subset",
         )
 
     days: list[MetaClawDay] = []
     prev_date: dt.date | None = None
-    for test in tests:
-        day = str(test["id"])
-        eval_name = str(test.get("eval", day))
-        session = str(test.get("session", ""))
-        agent = str(test.get("agent", ""))
+    for at, day, test in tests:
+        eval_name = _name(test, "eval", at, day)
+        session = _name(test, "session", at, "")
+        agent = _name(test, "agent", at, "")
+        desc = typed(test, "desc", str, at, required=False) or ""
         transcript = state_dir / "agents" / agent / "sessions" / f"{session}.jsonl"
         start, openings = _read_session(transcript)
         if start is not None:
@@ -247,42 +278,29 @@ def read_data(root: Path, *, scripts_dir: Path | None = None, subset: Sequence[s
             date, source = _next_weekday(prev_date), "weekday-fill"
         else:
             raise InvalidArgument(
-                f"MetaClaw data: day {day} has no session transcript with a timestamp, "
-                "so the first simulated date is unknown"
+                f"{at} ({day}): no session transcript with a timestamp at {transcript} (its agent and "
+                "session), so the first simulated date is unknown",
+                field="session",
             )
         if prev_date is not None and date <= prev_date:
-            raise InvalidArgument(f"MetaClaw data: day {day} ({date}) does not come after {prev_date}")
+            raise InvalidArgument(
+                f"{at} ({day}): its date {date}, from {transcript}'s timestamps, does not come after {prev_date}",
+                field="session",
+            )
         prev_date = date
         if subset and day not in subset:
             continue
-        questions = _load_json(eval_dir / eval_name / "questions.json")
-        groups = questions if isinstance(questions, list) else [questions]
-        rounds: list[MetaClawRound] = []
-        for group in groups:
-            for rec in group.get("rounds", []):
-                kind = str(rec.get("type", "multi_choice"))
-                eval_spec: Mapping[str, Any] = rec.get("eval", {}) or {}
-                problems = _missing_inputs(kind, str(rec["question"]), eval_spec, day, workspace_src, scripts_dir)
-                rounds.append(
-                    MetaClawRound(
-                        round_id=f"{day}/{rec['id']}",
-                        day=day,
-                        upstream_id=str(rec["id"]),
-                        kind=kind,
-                        question=str(rec["question"]),
-                        eval=eval_spec,
-                        feedback=rec.get("feedback", {}) or {},
-                        gradable=not problems,
-                        why_ungradable="; ".join(problems),
-                    )
-                )
+        questions_path = eval_dir / eval_name / "questions.json"
+        if not questions_path.exists():
+            raise NotFound(f"{at} ({day}): eval {eval_name!r} has no {questions_path}", field="eval")
+        rounds = _read_rounds(questions_path, day, workspace_src, scripts_dir)
         day_dir = workspace_src / day
         days.append(
             MetaClawDay(
                 day=day,
                 eval_name=eval_name,
                 session=session,
-                desc=str(test.get("desc", "")),
+                desc=desc,
                 date=date,
                 date_source=source,
                 openings=openings,
@@ -300,6 +318,41 @@ def read_data(root: Path, *, scripts_dir: Path | None = None, subset: Sequence[s
         days=tuple(days),
         harness_config=config if config.is_file() else None,
     )
+
+
+def _read_rounds(path: Path, day: str, workspace_src: Path, scripts_dir: Path | None) -> list[MetaClawRound]:
+    """The rounds of one day's ``questions.json`` (an object, or a list of them, with ``rounds``)."""
+    questions = read_json(path, _DATA)
+    groups = questions if isinstance(questions, list) else [questions]
+    rounds: list[MetaClawRound] = []
+    for g, group in enumerate(groups):
+        at = f"{_DATA} {path}" + (f", [{g}]" if isinstance(questions, list) else "")
+        if not isinstance(group, Mapping):
+            raise InvalidArgument(f"{at} must be an object with rounds", field="rounds")
+        for r, rec in enumerate(typed(group, "rounds", list, at, required=False) or []):
+            where = f"{at}, rounds[{r}]"
+            if not isinstance(rec, Mapping):
+                raise InvalidArgument(f"{where} must be an object (a round)", field="rounds")
+            upstream_id = str(typed(rec, "id", (str, int), where))
+            question = typed(rec, "question", str, where)
+            kind = typed(rec, "type", str, where, required=False) or "multi_choice"
+            eval_spec: Mapping[str, Any] = typed(rec, "eval", dict, where, required=False) or {}
+            feedback: Mapping[str, Any] = typed(rec, "feedback", dict, where, required=False) or {}
+            problems = _missing_inputs(kind, question, eval_spec, day, workspace_src, scripts_dir)
+            rounds.append(
+                MetaClawRound(
+                    round_id=f"{day}/{upstream_id}",
+                    day=day,
+                    upstream_id=upstream_id,
+                    kind=kind,
+                    question=question,
+                    eval=eval_spec,
+                    feedback=feedback,
+                    gradable=not problems,
+                    why_ungradable="; ".join(problems),
+                )
+            )
+    return rounds
 
 
 def is_day_dir(path: Path) -> bool:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import ast
 import csv
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapters._data_files import parse_json
 from sclated.errors import InvalidArgument, NotFound
 
 __all__ = [
@@ -106,6 +106,7 @@ def _where(path: Path, row: int, question_id: str = "") -> str:
 
 
 def read_questions(path: Path) -> list[PersonaMemQuestion]:
+    reader: csv.DictReader[str] | None = None
     try:
         with path.open(encoding="utf-8", newline="") as handle:
             reader = csv.DictReader(handle)
@@ -134,8 +135,11 @@ def read_questions(path: Path) -> list[PersonaMemQuestion]:
         raise NotFound(f"PersonaMem questions file {path} does not exist") from None
     except UnicodeDecodeError as exc:
         raise InvalidArgument(f"PersonaMem questions file {path} is not UTF-8 text: {exc}") from None
+    except OSError as exc:  # a directory, or unreadable
+        raise InvalidArgument(f"PersonaMem questions file {path} cannot be read: {exc.strerror or exc}") from None
     except csv.Error as exc:
-        raise InvalidArgument(f"PersonaMem questions file {path} is not valid CSV: {exc}") from None
+        line = f" at line {reader.line_num}" if reader is not None and reader.line_num else ""
+        raise InvalidArgument(f"PersonaMem questions file {path} is not valid CSV{line}: {exc}") from None
     if not out:
         raise InvalidArgument(f"PersonaMem questions file {path} has no question rows")
     return out
@@ -220,10 +224,7 @@ def read_context(path: Path, context_id: str) -> tuple[ContextMessage, ...]:
                 key = _line_key(line)
                 if key is not None and key != context_id:
                     continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InvalidArgument(f"{path.name} line {line_no}: not valid JSON: {exc}") from None
+                obj = parse_json(line, f"{path.name} line {line_no}")
                 if not isinstance(obj, dict) or len(obj) != 1:
                     raise InvalidArgument(
                         f"{path.name} line {line_no}: not an object with one key (shared_context_id -> messages)"
@@ -235,6 +236,8 @@ def read_context(path: Path, context_id: str) -> tuple[ContextMessage, ...]:
         raise NotFound(f"PersonaMem contexts file {path} does not exist") from None
     except UnicodeDecodeError as exc:
         raise InvalidArgument(f"PersonaMem contexts file {path} is not UTF-8 text: {exc}") from None
+    except OSError as exc:  # a directory, or unreadable
+        raise InvalidArgument(f"PersonaMem contexts file {path} cannot be read: {exc.strerror or exc}") from None
     raise NotFound(f"{path.name} has no shared context {context_id}")
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sclated.errors import InvalidArgument, NotFound
+from adapters._data_files import parse_json, read_text
+from sclated.errors import InvalidArgument
 
 __all__ = ["REQUIRED_FIELDS", "SWEInstance", "read_instances"]
 
@@ -66,7 +67,7 @@ def _tests(value: Any, where: str, name: str) -> tuple[str, ...]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             raise InvalidArgument(f"{where}: {name} is a string but not a JSON list of test ids", field=name) from None
     if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
         raise InvalidArgument(f"{where}: {name} must be a list of test ids (or its JSON text)", field=name)
@@ -76,7 +77,12 @@ def _tests(value: Any, where: str, name: str) -> tuple[str, ...]:
 def _created_at(value: Any, where: str) -> dt.datetime:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         # pandas' JSON export writes timestamps as epoch milliseconds.
-        return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+        try:
+            return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+        except (OverflowError, OSError, ValueError):
+            raise InvalidArgument(
+                f"{where}: created_at {value!r} is not a time in epoch milliseconds", field="created_at"
+            ) from None
     try:
         parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
@@ -119,30 +125,21 @@ def parse_instance(row: Any, where: str) -> SWEInstance:
 
 def read_instances(path: Path) -> list[SWEInstance]:
     """Every instance of a ``.json`` (a list) or ``.jsonl`` file; errors name the file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NotFound(f"SWE-bench data file {path} does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise InvalidArgument(f"SWE-bench data file {path} is not UTF-8 text: {exc}") from None
+    text = read_text(path, "SWE-bench data file")
     rows: list[tuple[str, Any]] = []
     if path.suffix == ".jsonl":
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                rows.append((f"{path.name} line {n}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise InvalidArgument(f"{path.name} line {n} is not valid JSON: {exc.msg}") from None
+            rows.append((f"{path.name} line {n}", parse_json(line, f"{path.name} line {n}")))
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"SWE-bench data file {path} is not valid JSON: {exc}") from None
+        data = parse_json(text, f"SWE-bench data file {path}")
         if not isinstance(data, list):
             raise InvalidArgument(f"SWE-bench data file {path} must be a JSON list of instances (or use .jsonl)")
         rows = [(f"{path.name} item {i}", row) for i, row in enumerate(data)]
     out = [parse_instance(row, where) for where, row in rows]
+    if not out:
+        raise InvalidArgument(f"SWE-bench data file {path} has no instances")
     seen: set[str] = set()
     for inst in out:
         if inst.instance_id in seen:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -31,11 +32,49 @@ def _ts(ns: int | None) -> timestamp_pb2.Timestamp | None:
     return t
 
 
+def _non_finite(value: struct_pb2.Value, path: str) -> str | None:
+    """The path of the first NaN or infinite number in ``value``, if any."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        return None if math.isfinite(value.number_value) else path
+    if kind == "struct_value":
+        for key, item in value.struct_value.fields.items():
+            found = _non_finite(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    if kind == "list_value":
+        for i, item in enumerate(value.list_value.values):
+            found = _non_finite(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
 def _struct_to_dict(s: struct_pb2.Struct, field: str) -> dict[str, Any]:
     if s.ByteSize() > _MAX_OPTIONS_BYTES:
         raise InvalidArgument(f"{field} is larger than {_MAX_OPTIONS_BYTES} bytes", field=field)
+    for key, item in s.fields.items():
+        # Options are JSON, which has no NaN or infinity (json_format refuses to convert them).
+        bad = _non_finite(item, f"{field}.{key}")
+        if bad is not None:
+            raise InvalidArgument(f"{bad} is NaN or infinite; options hold JSON numbers only", field=bad)
     out: dict[str, Any] = json_format.MessageToDict(s)
     return out
+
+
+_MIN_TIMESTAMP_S, _MAX_TIMESTAMP_S = -62135596800, 253402300799
+"""The range google.protobuf.Timestamp allows (0001-01-01 to 9999-12-31)."""
+
+
+def _timestamp_ns(ts: timestamp_pb2.Timestamp, field: str) -> int:
+    if not _MIN_TIMESTAMP_S <= ts.seconds <= _MAX_TIMESTAMP_S or not 0 <= ts.nanos <= 999_999_999:
+        raise InvalidArgument(
+            f"{field} is not a valid Timestamp (seconds {ts.seconds} must be in [{_MIN_TIMESTAMP_S}, "
+            f"{_MAX_TIMESTAMP_S}], nanos {ts.nanos} in [0, 999999999])",
+            field=field,
+        )
+    ns: int = ts.ToNanoseconds()
+    return ns
 
 
 def run_spec_from_proto(run: pb.Run) -> RunSpec:
@@ -45,7 +84,7 @@ def run_spec_from_proto(run: pb.Run) -> RunSpec:
         raise InvalidArgument("run.agent is required", field="run.agent")
     start_ns = None
     if run.clock.HasField("start_time"):
-        start_ns = run.clock.start_time.ToNanoseconds()
+        start_ns = _timestamp_ns(run.clock.start_time, "run.clock.start_time")
     mode = _CLOCK_MODES.get(run.clock.mode)
     if mode is None:
         raise InvalidArgument(f"run.clock.mode {run.clock.mode} is not a ClockMode", field="run.clock.mode")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -21,7 +22,7 @@ from sclated.errors import (
     Unavailable,
 )
 
-__all__ = ["SclateInterceptor", "status_for"]
+__all__ = ["MAX_STATUS_MESSAGE_BYTES", "MAX_TRAILER_CHARS", "SclateInterceptor", "status_for"]
 
 log = logging.getLogger("sclated.api")
 
@@ -36,6 +37,10 @@ _CODES: tuple[tuple[type[SclateError], grpc.StatusCode], ...] = (
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
 )
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+MAX_STATUS_MESSAGE_BYTES = 1024
+"""A status message is a header: clients refuse headers past 8-16 KiB, so an error that
+quotes a huge input would reach them as their own RESOURCE_EXHAUSTED, naming nothing."""
+MAX_TRAILER_CHARS = 256
 
 
 def status_for(exc: SclateError) -> grpc.StatusCode:
@@ -45,16 +50,67 @@ def status_for(exc: SclateError) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
+def _header_value(text: str) -> str:
+    """``text`` as a legal metadata value: printable ASCII (others escaped), bounded.
+
+    gRPC refuses to send any other byte in a header and fails the whole call
+    with INTERNAL instead (a field named after a label key such as ``é``)."""
+    escaped = "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in text)
+    if len(escaped) > MAX_TRAILER_CHARS:
+        escaped = escaped[: MAX_TRAILER_CHARS - 3] + "..."
+    return escaped
+
+
+def _status_message(text: str) -> str:
+    """``text`` cut to :data:`MAX_STATUS_MESSAGE_BYTES` of UTF-8, saying how much was cut."""
+    data = text.encode()
+    if len(data) <= MAX_STATUS_MESSAGE_BYTES:
+        return text
+    head = data[: MAX_STATUS_MESSAGE_BYTES - 64].decode(errors="ignore")
+    return f"{head}... ({len(text) - len(head)} more characters)"
+
+
 def _trailers(exc: SclateError) -> tuple[tuple[str, str], ...]:
-    out = [("sclate-reason", exc.reason)]
+    out = [("sclate-reason", _header_value(exc.reason))]
     if exc.field:
-        out.append(("sclate-field", exc.field))
+        out.append(("sclate-field", _header_value(exc.field)))
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    """What the request deserializer hands on for bytes that are not the method's message."""
+
+    problem: str
+
+
+def _lenient(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """gRPC answers UNKNOWN when a request does not parse; this lets the handler refuse it
+    as INVALID_ARGUMENT instead (after the token is checked, as for any request)."""
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:  # DecodeError; RecursionError on deep nesting
+            return _Undecodable(str(exc) or type(exc).__name__)
+
+    return parse
+
+
+def _check_decoded(request: Any) -> None:
+    if isinstance(request, _Undecodable):
+        raise InvalidArgument(
+            f"the request is not a valid message of the method's type: {request.problem}",
+            field="request",
+            reason="MALFORMED_REQUEST",
+        )
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     if isinstance(exc, SclateError):
-        await context.abort(status_for(exc), exc.message, _trailers(exc))
+        await context.abort(status_for(exc), _status_message(exc.message), _trailers(exc))
     log.exception("internal error", exc_info=exc)
     await context.abort(
         grpc.StatusCode.INTERNAL,
@@ -89,6 +145,7 @@ class SclateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # gr
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 try:
                     current_tenant.set(self._tenant(context))
+                    _check_decoded(request)
                     return await inner_uu(request, context)
                 except (SclateError, Exception) as exc:
                     if isinstance(exc, grpc.aio.AbortError):
@@ -97,7 +154,7 @@ class SclateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # gr
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_lenient(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
@@ -106,6 +163,7 @@ class SclateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # gr
             async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 try:
                     current_tenant.set(self._tenant(context))
+                    _check_decoded(request)
                     async for item in inner_us(request, context):
                         yield item
                 except (SclateError, Exception) as exc:
@@ -115,7 +173,7 @@ class SclateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # gr
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_lenient(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler

@@ -23,7 +23,27 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BENCHES", "end_group", "run_bench_cli", "spawn"]
+__all__ = ["BENCHES", "FAULTS_PARTS", "FUZZ_PARTS", "end_group", "run_bench_cli", "spawn"]
+
+# Spelled out so that parsing options imports no fuzz part; tests/bench/test_fuzz.py
+# holds it to sclated.bench._fuzz.PARTS.
+FUZZ_PARTS = ("api", "control_socket", "proxy", "adapters")
+# The same for `bench faults --only`; tests/bench/test_faults.py holds it to
+# sclated.bench._faults (its parts, then the sandbox part's faults).
+FAULTS_PARTS = (
+    "kill",
+    "disk",
+    "sigterm",
+    "sandbox",
+    "mitmdump_kill",
+    "container_kill",
+    "container_pause",
+    "harness_kill",
+    "control_close",
+    "model_kill",
+    "sigterm_snapshot",
+    "sigterm_restore",
+)
 
 # Process groups (= leader pids) started by spawn() and not yet ended.
 _GROUPS: set[int] = set()
@@ -146,6 +166,12 @@ def _rollouts(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_rollouts(args)
 
 
+def _fuzz(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._fuzz import bench_fuzz
+
+    return bench_fuzz(args)
+
+
 def _faults(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     from sclated.bench._faults import bench_faults
 
@@ -164,6 +190,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "gaia2": _gaia2,
     "branches": _branches,
     "rollouts": _rollouts,
+    "fuzz": _fuzz,
     "faults": _faults,
 }
 
@@ -218,8 +245,13 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
         help="harness, branches: the embedded model's context (default 16384: a harness resends its whole session)",
     )
     p.add_argument("--count", type=int, default=8, help="rollouts: the group's size K (default 8)")
+    p.add_argument("--seed", type=int, default=None, help="fuzz, faults: the campaign's seed (default random; printed)")
+    p.add_argument("--requests", type=int, default=10_000, help="fuzz: API requests to send (default 10000)")
     p.add_argument(
-        "--seed", type=int, default=None, help="faults: the campaign's seed (default: a random one, printed)"
+        "--part",
+        action="append",
+        choices=FUZZ_PARTS,
+        help="fuzz: run only this part (repeatable)",
     )
     p.add_argument(
         "--daemon-kills", type=int, default=None, help="faults: SIGKILLs of the daemon (default 20; 5 with --quick)"
@@ -228,7 +260,8 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     p.add_argument(
         "--only",
         action="append",
-        help="faults: run only this part (kill, disk, sigterm, sandbox) or sandbox fault (repeatable)",
+        choices=FAULTS_PARTS,
+        help="faults: run only this part, or this one fault of the sandbox part (repeatable)",
     )
     p.add_argument("--keep", type=Path, default=None, help="faults: copy each daemon's state directory here")
     args = p.parse_args(argv)

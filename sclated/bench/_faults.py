@@ -168,13 +168,7 @@ async def bench_faults(args: argparse.Namespace) -> dict[str, Any]:
             print(f"faults {time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
 
     kills = args.daemon_kills if args.daemon_kills is not None else (5 if args.quick else 20)
-    only = set(args.only or PHASES)
-    unknown = only - set(PHASES) - set(SANDBOX_FAULTS)
-    if unknown:
-        raise SystemExit(
-            f"sclated bench faults: --only {', '.join(sorted(unknown))}: no such part; "
-            f"have {', '.join((*PHASES, *SANDBOX_FAULTS))}"
-        )
+    only = set(args.only or PHASES)  # names checked by the option's choices (FAULTS_PARTS)
     # A daemon (or model server) that crashes writes its Python stack to its log.
     os.environ.setdefault("PYTHONFAULTHANDLER", "1")
     t0 = time.monotonic()

@@ -59,7 +59,7 @@ from sclated.bench._cli import end_group, spawn
 from sclated.capture import CaptureSink, MemoryRecordStore
 from sclated.clock import LeaseTable
 
-__all__ = ["bench_proxy"]
+__all__ = ["bench_proxy", "mitmdump_on_host"]
 
 RUN = "bench-proxy"
 ROLE = "agent"
@@ -330,7 +330,7 @@ async def _wait_listening(port: int, proc: asyncio.subprocess.Process, log: Path
 
 
 @contextlib.asynccontextmanager
-async def _mitmdump(
+async def mitmdump_on_host(
     tmp: Path,
     control: Path,
     secret: str,
@@ -610,12 +610,12 @@ async def _on_host(
         async with contextlib.AsyncExitStack() as stack:
             sock = capture.server.path
             upstreams = [echo_url] + ([model_server.url] if model_server is not None else [])
-            _, ports = await stack.enter_async_context(_mitmdump(tmp / "addon", sock, secret, upstreams))
+            _, ports = await stack.enter_async_context(mitmdump_on_host(tmp / "addon", sock, secret, upstreams))
             _, (bare_port,) = await stack.enter_async_context(
-                _mitmdump(tmp / "bare", sock, secret, [echo_url], addon=False)
+                mitmdump_on_host(tmp / "bare", sock, secret, [echo_url], addon=False)
             )
             _, (stream_port,) = await stack.enter_async_context(
-                _mitmdump(
+                mitmdump_on_host(
                     tmp / "bare-stream", sock, secret, [echo_url], addon=False, options=("stream_large_bodies=1",)
                 )
             )

@@ -21,6 +21,7 @@ from sclated.capture._failures import FAILURE_CAUSES, failure_cause
 from sclated.capture._groups import Grouping, GroupRow, export_group, group_rows
 from sclated.capture._record import (
     API_KINDS,
+    MAX_CONTROL_LINE_BYTES,
     SCHEMA_VERSION,
     CallRecord,
     Chunk,
@@ -51,6 +52,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "FAILURE_CAUSES",
     "LEFT_OUT_REASONS",
+    "MAX_CONTROL_LINE_BYTES",
     "REWARD_MODES",
     "SCHEMA_VERSION",
     "UNREWARDED_POLICIES",

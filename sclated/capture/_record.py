@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 from proxy_addons import record as shared
 from sclated.errors import InvalidArgument
 
-__all__ = ["API_KINDS", "SCHEMA_VERSION", "CallRecord", "Chunk", "Completion", "Timings"]
+__all__ = ["API_KINDS", "MAX_CONTROL_LINE_BYTES", "SCHEMA_VERSION", "CallRecord", "Chunk", "Completion", "Timings"]
 
 SCHEMA_VERSION = shared.SCHEMA_VERSION
 API_KINDS = frozenset(shared.API_KINDS)
+MAX_CONTROL_LINE_BYTES = shared.MAX_LINE_BYTES
+"""The longest request line a run's control socket reads (the addon's records stay shorter)."""
 
 _T = TypeVar("_T")
 

@@ -13,11 +13,16 @@ import asyncio
 from typing import Any, Protocol
 
 from sclated.capture._record import CallRecord
-from sclated.errors import InvalidArgument
+from sclated.errors import InvalidArgument, ResourceExhausted
 
 __all__ = ["DEFAULT_CALL_TTL_NS", "CaptureSink", "LeaseHolder", "MemoryRecordStore", "RecordStore"]
 
 DEFAULT_CALL_TTL_NS = 15 * 60 * 1_000_000_000
+MAX_CALLS_IN_FLIGHT = 512
+"""Leased model calls of one run at once: a ``call_start`` past it is refused (the proxy
+lets the call go ahead unleased), so a flood of them cannot hold the clock or memory."""
+MAX_NAME_CHARS = 256
+"""The longest call id or role a lease is named after (the proxy's are uuids and role names)."""
 
 
 class RecordStore(Protocol):
@@ -77,39 +82,43 @@ class CaptureSink:
         self._leases = leases
         self._ttl_ns = call_ttl_ns
         self._held: dict[tuple[str, str], tuple[Any, object]] = {}
+        self._in_flight: dict[str, int] = {}
         self._lock = asyncio.Lock()
 
     @staticmethod
-    def _call_id(msg: dict[str, Any]) -> str:
-        call_id = msg.get("call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidArgument("call_id must be a non-empty string", field="call_id")
-        return call_id
+    def _name(msg: dict[str, Any], key: str) -> str:
+        value = msg.get(key)
+        if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+            raise InvalidArgument(f"{key} must be a non-empty string of at most {MAX_NAME_CHARS} characters", field=key)
+        return value
 
     def active_calls(self, run: str) -> list[str]:
         return [c for (r, c) in self._held if r == run]
 
     async def on_call_start(self, run: str, msg: dict[str, Any], *, owner: object = None) -> dict[str, Any]:
         """``owner``: who reported the call (the proxy's connection); see release_owned."""
-        call_id = self._call_id(msg)
-        role = msg.get("role")
-        if not isinstance(role, str) or not role:
-            raise InvalidArgument("role must be a non-empty string", field="role")
+        call_id = self._name(msg, "call_id")
+        role = self._name(msg, "role")
         key = (run, call_id)
         if key in self._held:
             # A resent call_start (the proxy timed out waiting for our reply)
             # must not take a second lease that nobody would release.
             return {"leased": False}
+        if self._in_flight.get(run, 0) >= MAX_CALLS_IN_FLIGHT:
+            raise ResourceExhausted(
+                f"run {run!r} has {MAX_CALLS_IN_FLIGHT} model calls in flight already; this one goes unleased",
+                reason="TOO_MANY_CALLS",
+            )
+        self._in_flight[run] = self._in_flight.get(run, 0) + 1
         lease = self._leases.acquire(f"model-call:{call_id}", f"{run}/{role}", ttl_ns=self._ttl_ns)
         self._held[key] = (lease, owner)
         return {"leased": True}
 
     async def on_call_end(self, run: str, msg: dict[str, Any]) -> dict[str, Any]:
-        call_id = self._call_id(msg)
-        held = self._held.pop((run, call_id), None)
-        if held is None:
+        call_id = self._name(msg, "call_id")
+        if (run, call_id) not in self._held:
             return {"released": False}
-        self._leases.release(held[0])
+        self._release([(run, call_id)])
         return {"released": True}
 
     def release_owned(self, owner: object) -> list[str]:
@@ -124,6 +133,7 @@ class CaptureSink:
     def _release(self, keys: list[tuple[str, str]]) -> list[str]:
         for key in keys:
             lease, _ = self._held.pop(key)
+            self._in_flight[key[0]] -= 1
             self._leases.release(lease)
         return [call_id for _, call_id in keys]
 

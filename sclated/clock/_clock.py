@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from sclated.clock._leases import LeaseTable
 from sclated.errors import FailedPrecondition, InvalidArgument
 
-__all__ = ["ClockConfig", "ClockMode", "Jump", "SimClock", "TimePublisher"]
+__all__ = ["MAX_SIM_NS", "ClockConfig", "ClockMode", "Jump", "SimClock", "TimePublisher"]
 
 TimePublisher = Callable[[int], Awaitable[None]]
+MAX_SIM_NS = 2**63 - 1
+"""The latest simulated time a run can hold: its times are stored as 64-bit integers."""
 
 
 class ClockMode(enum.Enum):

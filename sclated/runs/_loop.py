@@ -115,21 +115,28 @@ class Turn:
         return self.lease is not None and self._loop.leases.is_held(self.lease)
 
     @contextlib.asynccontextmanager
-    async def suspended(self, until_ns: int) -> AsyncIterator[int]:
-        """Let the clock move until ``until_ns`` (simulated); yields the time it woke at."""
+    async def suspended(self, until_ns: int, *, past_is_now: bool = False) -> AsyncIterator[int]:
+        """Let the clock move until ``until_ns`` (simulated); yields the time it woke at.
+        ``past_is_now``: see :meth:`RunLoop.wake_at`."""
         if self.lease is None:
             raise FailedPrecondition(f"turn {self.name!r} has ended; it cannot wait", reason="TURN_ENDED")
         self.waits += 1
         lease, self.lease = self.lease, None
         try:
             woke, self.lease = await self._loop.wake_at(
-                until_ns, release=lease, reacquire=(f"{self.name}:after-wait", self.holder, "turn"), waiter=self.holder
+                until_ns,
+                release=lease,
+                reacquire=(f"{self.name}:after-wait", self.holder, "turn"),
+                waiter=self.holder,
+                past_is_now=past_is_now,
             )
         except BaseException:
-            # The wait was called off (its caller went away: the control socket closed
-            # mid-wait): the turn goes on, so it is busy again from now, not when the
-            # wake-up would have come (the clock must not jump while the agent works).
-            if not self._ended:
+            if self._loop.leases.is_held(lease):
+                self.lease = lease  # refused before it let go: the turn keeps its lease
+            elif not self._ended:
+                # The wait was called off (its caller went away: the control socket closed
+                # mid-wait): the turn goes on, so it is busy again from now, not when the
+                # wake-up would have come (the clock must not jump while the agent works).
                 self.lease = self._loop.leases.acquire(
                     f"{self.name}:after-wait", self.holder, sim_ns=self._loop.clock.now(), kind="turn"
                 )
@@ -227,9 +234,11 @@ class RunLoop:
             self._observer.on_input(rec)
         self.wake()
 
-    async def sleep_until(self, sim_ns: int, *, lease: Lease | None = None, waiter: str = "agent") -> int:
+    async def sleep_until(
+        self, sim_ns: int, *, lease: Lease | None = None, waiter: str = "agent", past_is_now: bool = False
+    ) -> int:
         """Register a wake-up at ``sim_ns``, release ``lease``, and return when it fires."""
-        woke, _ = await self.wake_at(sim_ns, release=lease, waiter=waiter)
+        woke, _ = await self.wake_at(sim_ns, release=lease, waiter=waiter, past_is_now=past_is_now)
         return woke
 
     async def wake_at(
@@ -239,6 +248,7 @@ class RunLoop:
         release: Lease | None = None,
         reacquire: tuple[str, str, str] | None = None,
         waiter: str = "agent",
+        past_is_now: bool = False,
     ) -> tuple[int, Lease | None]:
         """Register a wake-up at ``sim_ns``, then release ``release``; return when it fires.
 
@@ -247,10 +257,14 @@ class RunLoop:
         waiter is registered). ``reacquire`` = (name, holder, kind): a lease the
         loop takes when the wake-up fires, before it dispatches or jumps again,
         so the waiter is busy again from that very instant; it is returned.
+        A time before now is refused, unless ``past_is_now``: then it wakes at now
+        (an agent's wait, whose time was read from a clock that has flowed on since).
         """
         now = self.clock.now()
         if sim_ns < now:
-            raise InvalidArgument(f"wake-up time {sim_ns} is before now ({now})", field="until")
+            if not past_is_now:
+                raise InvalidArgument(f"wake-up time {sim_ns} is before now ({now})", field="until")
+            sim_ns = now
         wait_id = f"wake:{waiter}:{next(self._wait_ids)}"
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiters[wait_id] = fut

@@ -231,6 +231,40 @@ class _Filter:
         return all(row_labels.get(k) == v for k, v in self.labels)
 
 
+class _NameLocks:
+    """A lock per name (a run key, a request id), held in the table only while someone
+    holds or waits for it: a long-lived daemon sees millions of names."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, *names: str) -> AsyncIterator[None]:
+        """Hold every lock of ``names``, taken in sorted order (overlapping sets never deadlock)."""
+        registered: list[str] = []
+        acquired: set[str] = set()
+        try:
+            for name in sorted(set(names)):
+                lock, users = self._locks.get(name) or (asyncio.Lock(), 0)
+                self._locks[name] = (lock, users + 1)
+                registered.append(name)
+                await lock.acquire()
+                acquired.add(name)
+            yield
+        finally:
+            for name in reversed(registered):
+                lock, users = self._locks[name]
+                if name in acquired:
+                    lock.release()
+                if users == 1:
+                    del self._locks[name]
+                else:
+                    self._locks[name] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
 class _Sink:
     """A RunSink bound to one live run."""
 
@@ -280,7 +314,8 @@ class RunManager:
         self.on_delete: Callable[[str], Awaitable[None]] | None = None
         self.snapshots = Snapshots(store, registry, runs_dir, self.flush)
         """Save snapshots and read them into restore plans (see sclated.runs._snapshots)."""
-        self._key_locks: dict[str, asyncio.Lock] = {}
+        self._locks = _NameLocks()
+        """Serialize the calls that make or change one run (a key) or use one request id."""
         self.disk_full: str | None = None
         """Why the last write failed for want of space; None once a write succeeded again."""
         self.free_bytes: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free
@@ -357,14 +392,11 @@ class RunManager:
             self._flush_wakeup.clear()
             try:
                 await self._flush_once()
-            except ResourceExhausted as exc:
-                if exc.reason != "DISK_FULL":
-                    raise
-                self._on_disk_full(exc.message)
-                await asyncio.sleep(0.5)
-                self._kick()
-            except Exception:
-                log.exception("flushing run state failed; retrying")
+            except Exception as exc:
+                if isinstance(exc, ResourceExhausted) and exc.reason == "DISK_FULL":
+                    self._on_disk_full(exc.message)
+                else:
+                    log.exception("flushing run state failed; retrying")
                 await asyncio.sleep(0.5)
                 self._kick()
             else:
@@ -472,37 +504,39 @@ class RunManager:
         if len(request_id) > 128:
             raise InvalidArgument("request_id is longer than 128 characters", field="request_id")
         request_hash = hashlib.sha256(json.dumps([spec.to_dict(), run_id, parent], sort_keys=True).encode()).hexdigest()
-        if request_id:
-            existing = self._requests.get((tenant, request_id))
-            if existing is not None:
-                row = await self._row(existing)
-                if row is None:
-                    raise NotFound(f"the run created by request {request_id!r} was deleted", field="request_id")
-                if row.request_hash != request_hash:
-                    raise InvalidArgument(
-                        f"request_id {request_id!r} was used for a different request",
-                        field="request_id",
-                        reason="REQUEST_ID_REUSED",
-                    )
-                return _view(row)
-        run_id = run_id or f"run-{uuid.uuid4().hex[:12]}"
-        key = await self._new_key(tenant, run_id, "run_id")
-        self._check_quota(tenant)
-        await self._check_space()
-        await self._validate(tenant, spec)
-        row = self._new_row(key, tenant, spec, parent=parent, request_id=request_id, request_hash=request_hash)
-        live = _Live(row, 1)
-        if request_id:
-            self._requests[(tenant, request_id)] = key
-        self._batch.inserts.append(row)
-        self._emit(live, "state", {"state": "PENDING", "reason": "waiting for admission"}, 0)
-        await self._enqueue(live)
-        return _view(live.row)
+        run_id = validate_run_id(run_id, "run_id") if run_id else f"run-{uuid.uuid4().hex[:12]}"
+        # Held from the checks to the insert: two calls with the same run id (or request id:
+        # a client's retry racing its first try) would both pass the checks, and the second
+        # insert would fail in the flusher, which retries it for ever and stores nothing more.
+        async with self._locks.hold(*((f"request:{tenant}/{request_id}",) if request_id else ())):
+            if request_id:
+                existing = self._requests.get((tenant, request_id))
+                if existing is not None:
+                    row = await self._row(existing)
+                    if row is None:
+                        raise NotFound(f"the run created by request {request_id!r} was deleted", field="request_id")
+                    if row.request_hash != request_hash:
+                        raise InvalidArgument(
+                            f"request_id {request_id!r} was used for a different request",
+                            field="request_id",
+                            reason="REQUEST_ID_REUSED",
+                        )
+                    return _view(row)
+            async with self._locks.hold(_key(tenant, run_id)):
+                key = await self._new_key(tenant, run_id, "run_id")
+                self._check_quota(tenant)
+                await self._check_space()
+                await self._validate(tenant, spec)
+                row = self._new_row(key, tenant, spec, parent=parent, request_id=request_id, request_hash=request_hash)
+                live = _Live(row, 1)
+                if request_id:
+                    self._requests[(tenant, request_id)] = key
+                self._batch.inserts.append(row)
+                self._emit(live, "state", {"state": "PENDING", "reason": "waiting for admission"}, 0)
+                await self._enqueue(live)
+                return _view(live.row)
 
     # -- the one admission path (CreateRun, RestoreSnapshot) -------------------------------
-    def _key_lock(self, key: str) -> asyncio.Lock:
-        return self._key_locks.setdefault(key, asyncio.Lock())
-
     async def _new_key(self, tenant: str, run_id: str, field_name: str) -> str:
         validate_run_id(run_id, field_name)
         key = _key(tenant, run_id)
@@ -628,7 +662,7 @@ class RunManager:
         now = time.time_ns()
         if new_run_id:
             key = _key(tenant, new_run_id)
-            async with self._key_lock(key):
+            async with self._locks.hold(key):
                 await self._new_key(tenant, new_run_id, "new_run_id")
                 self._check_quota(tenant)
                 await self._validate(tenant, plan.spec)
@@ -652,7 +686,7 @@ class RunManager:
             key = plan.source_key
             # The run's paths are checked again: its tenant's roots may have changed since.
             await asyncio.to_thread(self._confine, tenant, plan.spec)
-            async with self._key_lock(key):
+            async with self._locks.hold(key):
                 current = await self._row(key)
                 if current is None:
                     raise NotFound(f"snapshot {snapshot_name!r} not found", field="snapshot")
@@ -741,10 +775,7 @@ class RunManager:
             ).hexdigest()
             for spec, key in zip(specs, keys, strict=True)
         ]
-        locks = [self._key_lock(k) for k in keys]
-        async with contextlib.AsyncExitStack() as stack:
-            for lock in locks:
-                await stack.enter_async_context(lock)
+        async with self._locks.hold(*keys):
             existing: dict[int, RunRow] = {}
             for i, key in enumerate(keys):
                 row = await self._row(key)
@@ -871,6 +902,8 @@ class RunManager:
             try:
                 tok = json.loads(base64.urlsafe_b64decode(page_token.encode() + b"==="))
                 after = int(tok["after"])
+                if not 0 <= after < 2**63:  # a row's seq is a SQLite integer
+                    raise ValueError(after)
                 if tok["f"] != fhash:
                     raise InvalidArgument("page_token belongs to a different filter", field="page_token")
             except InvalidArgument:
@@ -917,14 +950,18 @@ class RunManager:
         return _view(live.row)
 
     async def delete(self, tenant: str, name: str) -> None:
-        row = await self._get_row(tenant, name)
-        if row.state in ACTIVE_STATES:
-            raise FailedPrecondition(f"run {name!r} is {row.state}; cancel it before deleting it", reason="RUN_ACTIVE")
-        await self.flush()
-        await self.store.delete_run(row.name)
-        self._live.pop(row.name, None)
-        if row.request_id:
-            self._requests.pop((row.tenant, row.request_id), None)
+        key = (await self._get_row(tenant, name)).name
+        async with self._locks.hold(key):  # not while a restore or resume of it is under way
+            row = await self._get_row(tenant, name)
+            if row.state in ACTIVE_STATES:
+                raise FailedPrecondition(
+                    f"run {name!r} is {row.state}; cancel it before deleting it", reason="RUN_ACTIVE"
+                )
+            await self.flush()
+            await self.store.delete_run(row.name)
+            self._live.pop(row.name, None)
+            if row.request_id:
+                self._requests.pop((row.tenant, row.request_id), None)
         if self.on_delete is not None:
             # A kept sandbox (an interrupted run's) and the run's files go with it.
             try:
@@ -933,21 +970,25 @@ class RunManager:
                 log.exception("cleaning up after deleting %s failed", row.name)
 
     async def resume(self, tenant: str, name: str) -> RunView:
-        row = await self._get_row(tenant, name)
-        if row.state != "INTERRUPTED":
-            raise FailedPrecondition(f"run {name!r} is {row.state}, not INTERRUPTED", reason="NOT_INTERRUPTED")
-        if not self._accepting:
-            raise Unavailable("the daemon is shutting down", reason="SHUTTING_DOWN")
-        await self._check_space()
-        # A run created before its tenant's roots were narrowed is refused here, naming the field.
-        await asyncio.to_thread(self._confine, row.tenant, RunSpec.from_dict(row.spec))
-        live = _Live(row, row.last_event_seq + 1, resume=True)
-        self._live[row.name] = live
-        self._set_state(live, "PENDING", "resuming from the last durable point")
-        self._queue[row.name] = None
-        await self.flush()
-        self._admit()
-        return _view(live.row)
+        key = (await self._get_row(tenant, name)).name
+        # Two resumes at once would both see INTERRUPTED and record the same event twice:
+        # the flusher's insert then fails, and is retried for ever.
+        async with self._locks.hold(key):
+            row = await self._get_row(tenant, name)
+            if row.state != "INTERRUPTED":
+                raise FailedPrecondition(f"run {name!r} is {row.state}, not INTERRUPTED", reason="NOT_INTERRUPTED")
+            if not self._accepting:
+                raise Unavailable("the daemon is shutting down", reason="SHUTTING_DOWN")
+            await self._check_space()
+            # A run created before its tenant's roots were narrowed is refused here, naming the field.
+            await asyncio.to_thread(self._confine, row.tenant, RunSpec.from_dict(row.spec))
+            live = _Live(row, row.last_event_seq + 1, resume=True)
+            self._live[row.name] = live
+            self._set_state(live, "PENDING", "resuming from the last durable point")
+            self._queue[row.name] = None
+            await self.flush()
+            self._admit()
+            return _view(live.row)
 
     async def watch(self, tenant: str, name: str, after_seq: int = 0) -> AsyncIterator[EventRow]:
         if after_seq < 0:

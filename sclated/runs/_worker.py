@@ -689,13 +689,14 @@ class RunWorker:
             self.loop.register(fresh, now_ns=now)
 
     async def wait(self, until_ns: int) -> int:
-        """Wait in simulated time (``sclate-wait``): the current turn, if any, is suspended."""
+        """Wait in simulated time (``sclate-wait``): the current turn, if any, is suspended.
+        A time that has passed (the agent read a clock that flowed on since) wakes at once."""
         assert self.loop is not None
         turn = self._current_turn
         if turn is not None and turn.busy:
-            async with turn.suspended(until_ns) as woke:
+            async with turn.suspended(until_ns, past_is_now=True) as woke:
                 return woke
-        return await self.loop.sleep_until(until_ns, waiter=self.agent.name)
+        return await self.loop.sleep_until(until_ns, waiter=self.agent.name, past_is_now=True)
 
     def environment(self, loop: RunLoop) -> AgentEnvironment:
         tenant, _, run_id = self.name.partition("/")

@@ -5,7 +5,7 @@ Nothing here is harness-specific: harnesses declare themselves
 ``adapters.SandboxAccess`` view. See docs/architecture.md.
 """
 
-from sclated.sandbox._control import ControlServer, Handler
+from sclated.sandbox._control import ControlLimits, ControlServer, Handler
 from sclated.sandbox._process_probe import ProcessProbe
 from sclated.sandbox._proxy import PROXY_LOG, ROLE_PORTS, SPOOL_DIR, endpoints_for, mitmdump_command
 from sclated.sandbox._session import (
@@ -21,6 +21,7 @@ __all__ = [
     "PROXY_LOG",
     "ROLE_PORTS",
     "SPOOL_DIR",
+    "ControlLimits",
     "ControlServer",
     "Handler",
     "ProcessProbe",

@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 from adapters import ExecOutput, LineChannel, ProxyEndpoints, RunClock
 from sclated.capture import DEFAULT_CALL_TTL_NS, CallRecord, CaptureSink, LeaseHolder
+from sclated.clock import MAX_SIM_NS
 from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, RuntimeUnavailable, SclateError
 from sclated.model import EmbeddedModel
 from sclated.runtime import (
@@ -350,13 +351,7 @@ class SandboxSession:
         paths = manager.paths_for(self.control_dir)
         await asyncio.to_thread(paths.create)
         await self._start_bridge(paths.model_socket)
-        self._sink = CaptureSink(
-            _StoreRecords(self._services.store, cfg.run_key),
-            self._leases,
-            call_ttl_ns=int(cfg.options.call_lease_ttl_s * 1e9),
-        )
-        self._control = ControlServer(paths.control_socket, self._handlers(), on_disconnect=self._on_disconnect)
-        await self._control.start()
+        await self.start_control(paths.control_socket)
         upstream = await asyncio.to_thread(
             upstream_env,
             paths.root,
@@ -470,6 +465,21 @@ class SandboxSession:
             await sandbox.publish_time(sim_ns)
 
     # -- the control socket ----------------------------------------------------------------
+    async def start_control(self, path: Path) -> None:
+        """Serve the run's control socket at ``path``: capture records into the store,
+        clock leases, ``sclate-wait``, the world's tools. ``open`` calls it before the
+        container starts; on its own it is the socket without a container (what
+        ``sclated bench fuzz`` attacks), closed by :meth:`close` as ever."""
+        if self._control is not None:
+            raise FailedPrecondition("the control socket is already served", reason="CONTROL_OPEN")
+        self._sink = CaptureSink(
+            _StoreRecords(self._services.store, self.config.run_key),
+            self._leases,
+            call_ttl_ns=int(self.config.options.call_lease_ttl_s * 1e9),
+        )
+        self._control = ControlServer(path, self._handlers(), on_disconnect=self._on_disconnect)
+        await self._control.start()
+
     def _handlers(self) -> dict[str, Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]]:
         sink, run_id = self._sink, self.config.run_id
         assert sink is not None
@@ -488,14 +498,19 @@ class SandboxSession:
             return await sink.on_record(run_id, dict(msg))
 
         async def wait(msg: Mapping[str, Any]) -> dict[str, Any]:
-            now = self._clock.now()
-            if isinstance(msg.get("until_ns"), int):
-                until = int(msg["until_ns"])
-            elif isinstance(msg.get("for_ns"), int) and msg["for_ns"] >= 0:
-                until = now + int(msg["for_ns"])
+            until, for_ns = msg.get("until_ns"), msg.get("for_ns")
+            if isinstance(until, int) and not isinstance(until, bool):
+                key = "until_ns"
+            elif isinstance(for_ns, int) and not isinstance(for_ns, bool) and for_ns >= 0:
+                key, until = "for_ns", self._clock.now() + for_ns
             else:
                 raise InvalidArgument("wait needs until_ns or a non-negative for_ns (integers)", field="until_ns")
-            return {"woke_ns": await self._on_wait(max(until, now))}
+            if until > MAX_SIM_NS:
+                raise InvalidArgument(
+                    f"wait: {key} is past the last simulated time a run can hold ({MAX_SIM_NS} ns)", field=key
+                )
+            # A time already passed wakes at once (the run's wait takes it as now).
+            return {"woke_ns": await self._on_wait(until)}
 
         async def world(msg: Mapping[str, Any]) -> dict[str, Any]:
             if self._on_world is None:

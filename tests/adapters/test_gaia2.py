@@ -17,7 +17,7 @@ import pytest
 from adapters import AgentEnvironment, InProcessAgent, JudgeReply, ScenarioConfig, TurnResult
 from adapters.gaia2 import ARE_PYTHON_ENV, ARE_SCENARIOS, Gaia2Benchmark, Gaia2World, WorldProcess, event_specs
 from adapters.gaia2._parity import after_conditions, compare_orders
-from sclated.errors import FailedPrecondition, InvalidArgument
+from sclated.errors import FailedPrecondition, InvalidArgument, NotFound
 from sclated.runs import AgentEntry, Registry, RunWorker
 from sclated.runs._registry import default_registry
 from sclated.runs._spec import RunSpec
@@ -449,3 +449,66 @@ async def test_a_world_process_that_dies_fails_the_run_naming_it() -> None:
     await killer
     assert outcome.state == "FAILED"
     assert "the Gaia2 world process exited (code -9)" in outcome.reason
+
+
+@pytest.mark.parametrize(
+    ("doc", "raw", "named"),
+    [
+        (_broken(lambda d: d["events"][0].update(event_type=["USER"])), None, "events[0].event_type"),
+        (_broken(lambda d: d["events"][0]["action"].update(app={"name": "x"})), None, "events[0].action.app"),
+        (_broken(lambda d: d["apps"][0].update(name="Other")), None, "apps[].name: Other"),
+        (None, '{"version": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        (None, '{"version": ' + "9" * 5000 + "}", "an integer of more than 4300 digits"),
+    ],
+)
+def test_a_scenario_file_with_values_of_the_wrong_kind_is_refused_naming_file_and_field(
+    tmp_path: Path, doc: Any, raw: str | None, named: str
+) -> None:
+    # Before: TypeError (unhashable type: 'list'), RecursionError or ValueError escaped
+    # CreateRun; a renamed app blamed the event without naming the apps' names.
+    with pytest.raises(InvalidArgument) as err:
+        _load(tmp_path, doc, raw=raw)
+    assert str(tmp_path / "tiny.json") in err.value.message and named in err.value.message
+
+
+def test_a_scenario_file_that_is_not_utf8_or_missing_is_named(tmp_path: Path) -> None:
+    (tmp_path / "tiny.json").write_bytes(json.dumps(_good_file()).encode("utf-16"))
+    with pytest.raises(InvalidArgument, match=r"tiny\.json is not UTF-8 text"):
+        Gaia2Benchmark().load(ScenarioConfig(data_dir=tmp_path, scenario="tiny"))
+    # Before: "name one scenario file with --scenario", the file asked for unnamed.
+    with pytest.raises(NotFound, match=r"has no scenario file other\.json \(files: tiny\)"):
+        Gaia2Benchmark().load(ScenarioConfig(data_dir=tmp_path, scenario="other"))
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda d: d["events"][0]["action"]["args"][0].pop("value_type"), "events[0].action.args[0].value_type"),
+        (lambda d: d["events"][0]["action"]["args"][0].update(value_type=True), "events[0].action.args[0].value_type"),
+        (lambda d: d["events"][0].pop("dependencies"), "events[0].dependencies"),
+    ],
+)
+def test_what_are_would_refuse_without_naming_the_field_is_refused_at_creation(
+    tmp_path: Path, change: Any, named: str
+) -> None:
+    # Before: accepted at CreateRun; ARE then failed the run with "expected string or
+    # bytes-like object" or "2 validation errors for ExportedTrace", no field named.
+    with pytest.raises(InvalidArgument) as err:
+        _load(tmp_path, _broken(change))
+    assert named in err.value.message
+
+
+async def test_are_s_own_refusal_names_the_fields_it_refused(tmp_path: Path) -> None:
+    doc = _good_file()
+    doc["events"][0]["class_name"] = 7  # only ARE's pydantic models check it
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(doc))
+    world = WorldProcess(cwd=tmp_path / "are")
+    await world.start()
+    try:
+        with pytest.raises(InvalidArgument) as err:
+            await world.request("open", source={"file": str(path)}, oracle=True)
+    finally:
+        await world.close()
+    # Before: "ValidationError: 2 validation errors for ExportedTrace (+6 lines)".
+    assert str(path) in err.value.message and "events.0.ExportedEvent.class_name" in err.value.message

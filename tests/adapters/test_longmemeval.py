@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,7 @@ from sclated.scheduler import DeliverPrompt, Grade
 from tests.adapters._doubles import DoubleGradeContext, drive
 
 _NS = 1_000_000_000
-FIXTURE = (
-    Path(__file__).resolve().parents[2] / "adapters" / "longmemeval" / "scenarios" / "tiny.json"
-)
+FIXTURE = Path(__file__).resolve().parents[2] / "adapters" / "longmemeval" / "scenarios" / "tiny.json"
 
 # Upstream src/evaluation/evaluate_qa.py, get_anscheck_prompt, copied by hand.
 UPSTREAM_BASIC = (
@@ -49,9 +48,7 @@ UPSTREAM_ABSTENTION = (
 
 
 def _load(qid: str, **options: object) -> LongMemEvalScenario:
-    return LongMemEvalBenchmark().load(
-        ScenarioConfig(scenario="tiny", subset=(qid,), options=options)
-    )
+    return LongMemEvalBenchmark().load(ScenarioConfig(scenario="tiny", subset=(qid,), options=options))
 
 
 def _utc(ns: int) -> dt.datetime:
@@ -75,11 +72,7 @@ def test_fixture_has_the_upstream_schema() -> None:
     for item in items:
         assert set(item) == fields
         assert item["question_type"] in QUESTION_TYPES
-        assert (
-            len(item["haystack_session_ids"])
-            == len(item["haystack_dates"])
-            == len(item["haystack_sessions"])
-        )
+        assert len(item["haystack_session_ids"]) == len(item["haystack_dates"]) == len(item["haystack_sessions"])
         for session in item["haystack_sessions"]:
             for turn in session:
                 assert set(turn) <= {"role", "content", "has_answer"} and turn["role"] in (
@@ -115,18 +108,10 @@ def test_judge_prompts_match_upstream_per_type() -> None:
     for qtype in QUESTION_TYPES:
         assert anscheck_prompt(qtype, "Q", "A", "R", abstention=True) == UPSTREAM_ABSTENTION
     temporal = anscheck_prompt("temporal-reasoning", "Q", "A", "R")
-    assert temporal.startswith(
-        UPSTREAM_BASIC.split(" \n\n")[0] + " In addition, do not penalize off-by-one"
-    )
-    assert (
-        "(e.g., predicting 19 days when the answer is 18), "
-        "the model's response is still correct. \n\n" in temporal
-    )
+    assert temporal.startswith(UPSTREAM_BASIC.split(" \n\n")[0] + " In addition, do not penalize off-by-one")
+    assert "(e.g., predicting 19 days when the answer is 18), the model's response is still correct. \n\n" in temporal
     update = anscheck_prompt("knowledge-update", "Q", "A", "R")
-    assert (
-        "as long as the updated answer is the required answer.\n\nQuestion: Q\n\nCorrect Answer: A"
-        in update
-    )
+    assert "as long as the updated answer is the required answer.\n\nQuestion: Q\n\nCorrect Answer: A" in update
     pref = anscheck_prompt("single-session-preference", "Q", "A", "R")
     assert "\n\nQuestion: Q\n\nRubric: A\n\nModel Response: R\n\n" in pref
     with pytest.raises(InvalidArgument, match="no-such-type"):
@@ -179,8 +164,7 @@ async def test_sessions_land_on_their_dates_and_question_is_judged(tmp_path: Pat
         (
             "tiny_s1_cat",
             "lme_tiny_ssu_1/s1/t0",
-            "I adopted a grey cat named Biscuit from the shelter yesterday. "
-            "What should I feed her?",
+            "I adopted a grey cat named Biscuit from the shelter yesterday. What should I feed her?",
         ),
         ("tiny_s1_cat", "lme_tiny_ssu_1/s1/t1", "How often should she see a vet?"),
         ("tiny_s1_recipe", "lme_tiny_ssu_1/s2/t0", "Give me a quick recipe for lentil soup."),
@@ -227,6 +211,82 @@ def test_attach_mode_carries_the_recorded_assistant_reply() -> None:
         "Sintra's trails are close to Lisbon and very scenic."
     )
     plain = _load("lme_tiny_ku_2")
-    assert plain.item.sessions[0].turns == (
-        "I live in Lisbon and want a weekend hike nearby. Any ideas?",
-    )
+    assert plain.item.sessions[0].turns == ("I live in Lisbon and want a weekend hike nearby. Any ideas?",)
+
+
+# -- corrupted data: an error naming the file and the field, never a traceback ------------
+
+_TINY_FILE = Path(__file__).resolve().parents[2] / "adapters" / "longmemeval" / "scenarios" / "tiny.json"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message", "field"),
+    [
+        (lambda items: items.__setitem__(0, "an item"), r"longmemeval_s.json, item 0: must be an object", None),
+        (
+            lambda items: items[1].pop("question_id"),
+            r"longmemeval_s.json, item 1: question_id must be a string or an integer, got missing",
+            "question_id",
+        ),
+        (
+            lambda items: items[1].__setitem__("question_date", "-1"),
+            r"item 1 \(lme_tiny_ku_2\), question_date '-1' is not in the upstream format",
+            None,
+        ),
+        (
+            lambda items: items[1].__setitem__("question_date", 7),
+            r"item 1 \(lme_tiny_ku_2\): question_date must be a string, got an integer",
+            "question_date",
+        ),
+        (
+            lambda items: items[1].__setitem__("haystack_sessions", "none"),
+            r"haystack_sessions must be a list",
+            "haystack_sessions",
+        ),
+        (
+            lambda items: items[1]["haystack_sessions"].__setitem__(0, [1, 2]),
+            r"haystack_sessions\[0\] must be a list of turns",
+            "haystack_sessions",
+        ),
+        (
+            lambda items: items[1]["haystack_dates"].__setitem__(0, 20230520),
+            r"haystack_dates\[0\] must be a string",
+            "haystack_dates",
+        ),
+        (
+            lambda items: items[1]["haystack_dates"].__setitem__(0, "May 20"),
+            r"longmemeval_s.json, item 1 \(lme_tiny_ku_2\), haystack_dates\[0\] 'May 20'",
+            None,
+        ),
+        (lambda items: items[1]["haystack_session_ids"].pop(), r"differ in length", "haystack_sessions"),
+        (
+            lambda items: items[1].__setitem__("question_id", "renamed"),
+            r"subset names question_ids not in .*longmemeval_s.json",
+            "subset",
+        ),
+    ],
+)
+def test_corrupted_items_name_the_file_and_the_field(
+    tmp_path: Path, edit: object, message: str, field: str | None
+) -> None:
+    # Before: AttributeError ('str' object has no attribute 'get'), TypeError, or an
+    # InvalidArgument that named no file (a bad date, missing fields, an unknown id).
+    items = json.loads(_TINY_FILE.read_text())
+    assert callable(edit)
+    edit(items)
+    (tmp_path / "longmemeval_s.json").write_text(json.dumps(items))
+    with pytest.raises(InvalidArgument) as bad:
+        LongMemEvalBenchmark().load(ScenarioConfig(data_dir=tmp_path, subset=("lme_tiny_ku_2",)))
+    assert re.search(message, bad.value.message), bad.value.message
+    assert field is None or bad.value.field == field
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"[" * 100_000 + b"]" * 100_000, b"[" + b"9" * 5000 + b"]", b"\xff\xfe[]"],
+    ids=["nested", "integer", "utf16"],
+)
+def test_a_data_file_json_reading_refuses_is_named(tmp_path: Path, data: bytes) -> None:
+    (tmp_path / "longmemeval_s.json").write_bytes(data)
+    with pytest.raises(InvalidArgument, match=r"longmemeval_s\.json"):
+        LongMemEvalBenchmark().load(ScenarioConfig(data_dir=tmp_path, subset=("q",)))

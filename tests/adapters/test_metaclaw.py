@@ -20,7 +20,7 @@ from adapters.metaclaw import (
     multi_choice_score,
     normalize_answer,
 )
-from sclated.errors import InvalidArgument
+from sclated.errors import InvalidArgument, NotFound
 from sclated.scheduler import AgentControl, DeliverPrompt, Grade, StopRun
 from tests.adapters._doubles import METACLAW_SMALL, DoubleGradeContext, drive
 
@@ -435,3 +435,136 @@ def test_the_first_round_waits_for_the_agents_session_to_be_ready() -> None:
     sched.apply_action("agent", "session_started", {"event_id": "metaclaw:day01:start"})
     first = sched.pop_due(sched.now_ns)
     assert first is not None and first.event_id == "metaclaw:day01:r1:prompt"
+
+
+# -- corrupted data: an error naming the file and the field, never a traceback ------------
+
+_TINY = Path(__file__).resolve().parents[2] / "adapters" / "metaclaw" / "scenarios" / "tiny"
+_TRANSCRIPT = "openclaw_state/agents/tiny_agent/sessions/day01_5d0c1a52-3f0e-4c1e-9f5a-0b6f2a9e7c01.jsonl"
+
+
+def _corrupt(tmp_path: Path, rel: str, edit: object) -> Path:
+    root = tmp_path / "data"
+    shutil.copytree(_TINY, root)
+    path = root / rel
+    if callable(edit):
+        doc = json.loads(path.read_text())
+        edit(doc)
+        path.write_text(json.dumps(doc))
+    else:
+        assert isinstance(edit, bytes)
+        path.write_bytes(edit)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("rel", "edit", "message", "field"),
+    [
+        (
+            "all_tests.json",
+            lambda d: d["test"].__setitem__(1, "day02"),
+            r"all_tests.json, test\[1\] must be an object",
+            "test",
+        ),
+        ("all_tests.json", lambda d: d["test"][0].pop("id"), r"all_tests.json, test\[0\]: id must be", "id"),
+        (
+            "all_tests.json",
+            lambda d: d["test"][0].__setitem__("session", "x" * 300),
+            r"test\[0\]: session 'x+' is not a file name",
+            "session",
+        ),
+        (
+            "all_tests.json",
+            lambda d: d["test"][0].__setitem__("agent", {"a": 1}),
+            r"test\[0\]: agent must be a string, got an object",
+            "agent",
+        ),
+        (
+            "all_tests.json",
+            lambda d: d["test"][1].__setitem__("eval", "day09"),
+            r"test\[1\] \(day02\): eval 'day09' has no .*day09/questions.json",
+            "eval",
+        ),
+        (
+            "all_tests.json",
+            lambda d: d.__setitem__("eval_dir", ["eval"]),
+            r"all_tests.json: eval_dir must be a string, got a list",
+            "eval_dir",
+        ),
+        (
+            "all_tests.json",
+            lambda d: d["test"][0].__setitem__("session", "nope"),
+            r"all_tests.json, test\[0\] \(day01\): no session transcript .*nope.jsonl",
+            "session",
+        ),
+        (
+            "eval/day01/questions.json",
+            lambda d: d["rounds"].__setitem__(1, 7),
+            r"questions.json, rounds\[1\] must be an object",
+            "rounds",
+        ),
+        (
+            "eval/day01/questions.json",
+            lambda d: d["rounds"][0].pop("question"),
+            r"questions.json, rounds\[0\]: question must be a string, got missing",
+            "question",
+        ),
+        (
+            "eval/day01/questions.json",
+            lambda d: d["rounds"][0].__setitem__("eval", [1]),
+            r"rounds\[0\]: eval must be an object, got a list",
+            "eval",
+        ),
+        (
+            "eval/day02/questions.json",
+            lambda d: d.__setitem__("rounds", "r1"),
+            r"day02/questions.json: rounds must be a list",
+            "rounds",
+        ),
+        ("eval/day01/questions.json", b"\xff\xfe{}", r"day01/questions.json is not UTF-8 text", None),
+        (
+            "eval/day01/questions.json",
+            b"[" * 100_000 + b"]" * 100_000,
+            r"day01/questions.json is not JSON this reader takes: line 1",
+            None,
+        ),
+        (
+            "eval/day01/questions.json",
+            b'{"rounds": [{"id": ' + b"9" * 5000 + b"}]}",
+            r"an integer of more than 4300 digits",
+            None,
+        ),
+        (_TRANSCRIPT, b'{"type": "session"}\n{not json\n', r"day01_.*\.jsonl line 2 is not valid JSON", None),
+        (
+            _TRANSCRIPT,
+            b'{"type": "session"}\n[1, 2]\n',
+            r"day01_.*\.jsonl line 2: a transcript line must be a JSON object",
+            None,
+        ),
+        (
+            _TRANSCRIPT,
+            b'{"type": "message", "timestamp": "2026-03-16T09:00:00Z", "message": {"role": "user", "content": 5}}\n',
+            r"line 1: message.content must be text or a list",
+            "content",
+        ),
+        (_TRANSCRIPT, b"\x00\xff", r"day01_.*\.jsonl is not UTF-8 text", None),
+    ],
+)
+def test_corrupted_data_names_the_file_and_the_field(
+    tmp_path: Path, rel: str, edit: object, message: str, field: str | None
+) -> None:
+    # Before: KeyError, AttributeError, TypeError, RecursionError, ValueError,
+    # JSONDecodeError, UnicodeDecodeError or OSError (a session name too long for a
+    # path) escaped CreateRun as an internal error, or the message named no file.
+    root = _corrupt(tmp_path, rel, edit)
+    with pytest.raises((InvalidArgument, NotFound)) as bad:
+        MetaClawBenchmark().load(ScenarioConfig(data_dir=root))
+    assert re.search(message, bad.value.message), bad.value.message
+    assert field is None or bad.value.field == field
+
+
+def test_an_eval_dir_too_long_to_be_a_path_is_not_there(tmp_path: Path) -> None:
+    root = _corrupt(tmp_path, "all_tests.json", lambda d: d.__setitem__("eval_dir", "x" * 100_000))
+    assert len(MetaClawBenchmark().load(ScenarioConfig(data_dir=root)).rounds) == len(
+        MetaClawBenchmark().load(ScenarioConfig(scenario="tiny")).rounds
+    )

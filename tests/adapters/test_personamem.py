@@ -575,7 +575,7 @@ def test_bad_question_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("not json", "line 1: not valid JSON"),
+        ("not json", "line 1 is not valid JSON"),
         (json.dumps({CTX_A: [], "b": []}), "line 1: not an object with one key"),
         ("[1, 2]", "line 1: not an object with one key"),
         (json.dumps({CTX_A: "hello"}), "line 1: the context is not a non-empty list of messages"),
@@ -592,6 +592,39 @@ def test_a_bad_context_line_names_the_file_and_line(tmp_path: Path, line: str, m
     (tmp_path / "shared_contexts_128k.jsonl").write_text(line + "\n")
     with pytest.raises(InvalidArgument, match=f"shared_contexts_128k.jsonl {message}"):
         PersonaMemBenchmark().load(ScenarioConfig(data_dir=tmp_path, options={"context": "8567"}))
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (f'{{"{CTX_A}": ' + "[" * 100_000 + "]" * 100_000 + "}", "line 1 is not JSON this reader takes: .*nested"),
+        (f'{{"{CTX_A}": ' + "9" * 5000 + "}", "line 1 is not JSON this reader takes: .*4300 digits"),
+    ],
+    ids=["nested", "huge-integer"],
+)
+def test_a_context_line_json_reading_refuses_is_named(tmp_path: Path, line: str, message: str) -> None:
+    # Before: RecursionError and ValueError escaped CreateRun.
+    shutil.copy(QUESTIONS, tmp_path / "questions_128k.csv")
+    (tmp_path / "shared_contexts_128k.jsonl").write_text(line + "\n")
+    with pytest.raises(InvalidArgument, match=f"shared_contexts_128k.jsonl {message}"):
+        PersonaMemBenchmark().load(ScenarioConfig(data_dir=tmp_path, options={"context": "8567"}))
+
+
+def test_data_files_that_are_directories_or_too_wide_are_named(tmp_path: Path) -> None:
+    # Before: IsADirectoryError escaped; a cell past the CSV field limit said no line.
+    config = ScenarioConfig(data_dir=tmp_path, options={"context": "8567"})
+    (tmp_path / "questions_128k.csv").mkdir()
+    with pytest.raises(InvalidArgument, match=r"questions_128k.csv cannot be read"):
+        PersonaMemBenchmark().load(config)
+    (tmp_path / "questions_128k.csv").rmdir()
+    shutil.copy(QUESTIONS, tmp_path / "questions_128k.csv")
+    (tmp_path / "shared_contexts_128k.jsonl").mkdir()
+    with pytest.raises(InvalidArgument, match=r"shared_contexts_128k.jsonl cannot be read"):
+        PersonaMemBenchmark().load(config)
+    lines = QUESTIONS.read_text().splitlines()
+    (tmp_path / "questions_128k.csv").write_text("\n".join([*lines[:2], "x" * 200_000, *lines[2:]]) + "\n")
+    with pytest.raises(InvalidArgument, match=r"questions_128k.csv is not valid CSV at line \d+: field larger"):
+        PersonaMemBenchmark().load(config)
 
 
 def test_a_context_missing_from_the_jsonl_is_not_found(tmp_path: Path) -> None:

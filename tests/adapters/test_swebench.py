@@ -269,3 +269,46 @@ async def test_a_broken_grader_environment_is_named(tmp_path: Path) -> None:
     fake.chmod(0o755)
     with pytest.raises(FailedPrecondition, match="swebench's grader failed on 'specs': No module named swebench"):
         await GraderProcess(fake).specs([graded_row()])
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", r"d\.jsonl has no instances"),
+        (
+            b'{"instance_id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+            r"d\.jsonl line 1 is not JSON this reader takes: .*nested",
+        ),
+        (b'{"created_at": ' + b"9" * 5000 + b"}\n", r"d\.jsonl line 1 is not JSON this reader takes: .*4300 digits"),
+        (b"\xff\xfe{}", r"d\.jsonl is not UTF-8 text"),
+    ],
+    ids=["empty", "nested", "huge-integer", "utf16"],
+)
+def test_a_data_file_json_reading_refuses_is_named(tmp_path: Path, data: bytes, message: str) -> None:
+    # Before: RecursionError and ValueError escaped; an empty file passed and the
+    # run was refused later for "no instance of repo", naming no file.
+    (tmp_path / "d.jsonl").write_bytes(data)
+    with pytest.raises(InvalidArgument, match=message):
+        read_instances(tmp_path / "d.jsonl")
+
+
+def test_a_data_file_that_is_a_directory_is_named(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").mkdir()
+    with pytest.raises(InvalidArgument, match=r"d\.jsonl is a directory"):
+        read_instances(tmp_path / "d.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "names"),
+    [
+        (lambda r: r.update(created_at=1e300), "created_at 1e+300 is not a time in epoch milliseconds"),
+        (lambda r: r.update(FAIL_TO_PASS="[" * 100_000), "FAIL_TO_PASS is a string but not a JSON list"),
+    ],
+)
+def test_values_past_what_python_reads_name_the_line_and_field(tmp_path: Path, mutate: Any, names: str) -> None:
+    # Before: OverflowError and RecursionError.
+    bad = row("acme__calc-2")
+    mutate(bad)
+    with pytest.raises(InvalidArgument) as err:
+        read_instances(write_jsonl(tmp_path / "d.jsonl", [row(), bad]))
+    assert "d.jsonl line 2" in err.value.message and names in err.value.message

@@ -167,9 +167,15 @@ def test_the_figures_come_out_bad_when_anything_is_lost_leaked_unclear_or_diverg
     assert not figures([], seed=1, faults_injected=0, leftovers={})["meets_targets"]  # nothing run, nothing met
 
 
-def test_parts_and_sandbox_faults_are_told_apart_by_name() -> None:
+def test_only_takes_the_parts_and_the_sandbox_faults_by_name() -> None:
+    from sclated.bench._cli import FAULTS_PARTS, run_bench_cli
+
     # `--only` takes either; a name in both would select two things at once.
-    assert len(set(PHASES)) == len(PHASES) and not set(PHASES) & set(SANDBOX_FAULTS)
+    assert (*PHASES, *SANDBOX_FAULTS) == FAULTS_PARTS
+    assert len(set(FAULTS_PARTS)) == len(FAULTS_PARTS)
+    with pytest.raises(SystemExit) as info:  # a wrong name is a usage error, before anything runs
+        run_bench_cli("faults", ["--only", "nope"])
+    assert info.value.code == 2
 
 
 def test_a_run_that_succeeded_for_another_reason_than_its_scenario_s_is_an_anomaly() -> None:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sclated.capture import CaptureSink, MemoryRecordStore
+from sclated.capture import MAX_CONTROL_LINE_BYTES, CaptureSink, MemoryRecordStore
 from sclated.errors import SclateError
 
 
@@ -46,7 +46,8 @@ class FakeDaemon:
         self._conns: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._handle, str(self.path))
+        # As long a line as the daemon reads (a record with long bodies).
+        self._server = await asyncio.start_unix_server(self._handle, str(self.path), limit=MAX_CONTROL_LINE_BYTES)
 
     async def stop(self) -> None:
         if self._server is not None:

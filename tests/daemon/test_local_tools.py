@@ -24,6 +24,7 @@ def _sclated(*args: str) -> subprocess.CompletedProcess[str]:
         (["model", "serve", "--help"], "--gguf"),
         (["bench", "scheduler", "--help"], "--quick"),
         (["bench", "memory", "--help"], "--pair"),
+        (["bench", "fuzz", "--help"], "--requests"),
         (["demo", "--help"], "--model-url"),
         (["demo", "--scheduler-only", "--help"], "--events-per-day"),
     ],

@@ -64,7 +64,7 @@ def test_openai_chat_stream_with_reasoning_and_tool_calls() -> None:
         },
         "[DONE]",
     ).decode()
-    final, finished = assemble_stream("openai_chat", text)
+    final, finished, _ = assemble_stream("openai_chat", text)
     assert finished
     assert final["object"] == "chat.completion" and final["model"] == "m"
     assert final["prompt_token_ids"] == [1, 2] and final["usage"]["completion_tokens"] == 2
@@ -100,7 +100,7 @@ def test_openai_completions_stream() -> None:
         },
         "[DONE]",
     ).decode()
-    final, finished = assemble_stream("openai_completions", text)
+    final, finished, _ = assemble_stream("openai_completions", text)
     assert finished and final["object"] == "text_completion"
     (choice,) = final["choices"]
     assert choice["text"] == "Hello" and choice["token_ids"] == [5, 6]
@@ -173,7 +173,7 @@ def test_anthropic_stream_reassembly() -> None:
         ),
         ("message_stop", {"type": "message_stop"}),
     )
-    final, finished = assemble_stream("anthropic_messages", text)
+    final, finished, _ = assemble_stream("anthropic_messages", text)
     assert finished
     # The token record rides on the final message_delta (the embedded server's extension).
     assert final["token_ids"] == [4, 5] and len(final["logprobs"]["content"]) == 2
@@ -181,7 +181,7 @@ def test_anthropic_stream_reassembly() -> None:
     assert final["content"][1]["input"] == {"p": "/"}
     assert final["stop_reason"] == "tool_use"
     assert final["usage"] == {"input_tokens": 5, "output_tokens": 7}
-    _, cut = assemble_stream("anthropic_messages", text[: text.index("event: message_delta")])
+    _, cut, _ = assemble_stream("anthropic_messages", text[: text.index("event: message_delta")])
     assert not cut
 
 
@@ -202,7 +202,7 @@ def test_anthropic_thinking_blocks() -> None:
         ),
         ("message_stop", {"type": "message_stop"}),
     )
-    final, finished = assemble_stream("anthropic_messages", text)
+    final, finished, _ = assemble_stream("anthropic_messages", text)
     assert finished and final["content"] == [{"type": "thinking", "thinking": "so", "signature": "sig"}]
 
 
@@ -221,9 +221,9 @@ def test_responses_stream_takes_the_completed_response() -> None:
             },
         ),
     )
-    final, finished = assemble_stream("openai_responses", text)
+    final, finished, _ = assemble_stream("openai_responses", text)
     assert finished and final["status"] == "completed" and final["output"] == [{"type": "message"}]
-    partial, done = assemble_stream("openai_responses", text[: text.index("event: response.completed")])
+    partial, done, _ = assemble_stream("openai_responses", text[: text.index("event: response.completed")])
     assert not done and partial["status"] == "in_progress"
     # Cut short by max_output_tokens is still a finished stream.
     incomplete = text.replace("response.completed", "response.incomplete")
@@ -231,4 +231,4 @@ def test_responses_stream_takes_the_completed_response() -> None:
 
 
 def test_other_apis_are_not_assembled() -> None:
-    assert assemble_stream("other", "data: 1\n\n") == (None, True)
+    assert assemble_stream("other", "data: 1\n\n") == (None, True, 0)

@@ -295,6 +295,26 @@ async def test_sleep_until_in_the_past_is_refused_and_leaves_no_waiter() -> None
     assert summary.reason.startswith("idle")
 
 
+async def test_an_agent_s_wait_for_a_time_the_flowing_clock_passed_wakes_at_once() -> None:
+    """``sclate-wait --for 0`` (or any wait shorter than the clock moves between two reads):
+    the time was now when asked, and is past when the loop reads the clock again."""
+    # Before: refused as "wake-up time ... is before now" every time on a flowing clock.
+    wall = iter(range(0, 10**12, 1_000))  # every read of the wall moves it on by 1 us
+    sched = Scheduler(start_ns=T0)
+    clock = SimClock(ClockConfig(mode=ClockMode.HYBRID, start_ns=T0), wall=lambda: next(wall))
+    loop = RunLoop(sched, clock, noop)
+    lease = loop.leases.acquire("agent-turn", "agent")
+    asked = clock.now()
+    task = asyncio.create_task(loop.sleep_until(asked, lease=lease, past_is_now=True))
+    await asyncio.sleep(0)
+    ((pending,),) = [[p for p in sched.pending() if p.spec.id.startswith("wake:")]]
+    assert pending.due_ns is not None and pending.due_ns > asked  # the loop's own now
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert loop._waiters == {}
+
+
 # -- leases ----------------------------------------------------------------------
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -93,14 +92,6 @@ def records(run: str, prefix: str = "") -> list[dict[str, Any]]:
         call(run, f"{prefix}m1", t=3, role="memory", thread="t-mem", prompt=[900], completion=[901]),
         call(run, f"{prefix}a3", t=4, prompt=[*p0, 10, 11, 20, 12, 30], completion=[13]),
     ]
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(tmp_path / "state.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def seed(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +28,6 @@ RESULTS: dict[str, Any] = {
         {"round_id": "d1.task1", "day": "1", "kind": "task", "graded": False, "score": 0.0},
     ],
 }
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store(tmp_path / "state.db")
-    await s.open()
-    yield s
-    await s.close()
 
 
 async def seed(store: Store, key: str, records: list[dict[str, Any]]) -> None:
