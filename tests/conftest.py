@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import os
 
+# Before anything imports grpc: tests start daemons from a process whose gRPC threads are
+# busy, and gRPC's fork handlers can then kill the child before it execs (see
+# sclated.__main__.without_grpc_fork_handlers).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 import pytest
 
 CI_ALLOWED_SKIPS: tuple[str, ...] = ("the portable target is x86-64",)
