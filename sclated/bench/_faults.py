@@ -209,7 +209,9 @@ async def bench_faults(args: argparse.Namespace) -> dict[str, Any]:
 async def _kill(c: _Campaign, *, kills: int, sandboxed: bool) -> None:
     """1. The daemon SIGKILLed, during scripted synthetic runs and a sandboxed MetaClaw tiny run."""
     async with c.phase("kill", c.tmp / "kill") as p:
-        sandboxed_run = cases.metaclaw_run if sandboxed else None
+        # MetaClaw tiny one day at a time (day01, day02, day03): kills keep landing on
+        # sandboxed runs at every stage, and the part ends soon after its last kill.
+        sandboxed_run = (lambda i: cases.metaclaw_run(f"day0{i % 3 + 1}")) if sandboxed else None
         p.injected += await cases.daemon_kills(p, p.rng, kills, sandboxed=sandboxed_run, prefix=f"{c.tag}-k")
 
 
@@ -269,7 +271,9 @@ async def _sandboxed(c: _Campaign, **_: Any) -> None:
             await asyncio.gather(*(p.finish(t, 900) for t in p.tracked))
         # SIGTERM stops the whole daemon: last.
         if "sigterm_snapshot" in chosen:
-            p.injected += await cases.sigterm_snapshot(p, rng, short(days=1, events=3), f"{tag}-tsnap")
+            # Not at a turn boundary: the SIGTERM lands while the sandbox is paused and committed.
+            run = short(days=1, events=3)
+            p.injected += await cases.sigterm_snapshot(p, rng, run, f"{tag}-tsnap", at_turn_boundary=False)
         if "sigterm_restore" in chosen:
             p.injected += await cases.sigterm_restore(p, rng, short(days=1, events=3), f"{tag}-trest")
 

@@ -59,9 +59,13 @@ def synthetic_sandboxed_run(days: int = 1, events: int = 2, **options: Any) -> p
     return run
 
 
-def metaclaw_run(**options: Any) -> pb.Run:
-    """MetaClaw's ``tiny`` scenario with the reference harness and the embedded model."""
-    run = pb.Run(benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny"), agent=pb.AgentSpec(harness="reference"))
+def metaclaw_run(*days: str, **options: Any) -> pb.Run:
+    """MetaClaw's ``tiny`` scenario (``days``: only these, e.g. ``day01``) with the reference
+    harness and the embedded model."""
+    run = pb.Run(
+        benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=list(days)),
+        agent=pb.AgentSpec(harness="reference"),
+    )
     run.agent.options.update({**FAST, **options})
     return run
 
@@ -105,15 +109,15 @@ async def daemon_kills(
     rng: random.Random,
     kills: int,
     *,
-    sandboxed: Callable[[], pb.Run] | None,
+    sandboxed: Callable[[int], pb.Run] | None,
     prefix: str,
 ) -> int:
     """SIGKILL the daemon ``kills`` times at random moments, starting it again each time.
 
     Scripted synthetic runs are kept going (at least three at any time, so every kill
-    finds some mid-way: in a turn, a grading, a flush); with ``sandboxed``, one
-    sandboxed run too (at most three in all), so kills land in sandbox starts,
-    adoption and model calls as well."""
+    finds some mid-way: in a turn, a grading, a flush); with ``sandboxed`` (the i-th
+    sandboxed run's spec), one sandboxed run too (at most three in all), so kills land
+    in sandbox starts, adoption and model calls as well."""
     daemon = phase.daemon
     made = 0
     sandboxed_made = 0
@@ -125,7 +129,7 @@ async def daemon_kills(
             made += 1
             active.append(t)
         if sandboxed is not None and sandboxed_made < 3 and not any("sandboxed" in t.notes for t in active):
-            t = await phase.create("daemon_kill", sandboxed(), f"{prefix}-x{sandboxed_made}")
+            t = await phase.create("daemon_kill", sandboxed(sandboxed_made), f"{prefix}-x{sandboxed_made}")
             t.notes.append("sandboxed")
             sandboxed_made += 1
             active.append(t)
@@ -232,9 +236,12 @@ async def _refused(phase: Phase, prefix: str) -> CaseOutcome:
 # -- 8. SIGTERM during a snapshot and during a restore -------------------------------------------
 
 
-async def sigterm_snapshot(phase: Phase, rng: random.Random, run: pb.Run, run_id: str) -> int:
-    """SaveSnapshot at the next turn boundary while a turn is in flight, then SIGTERM while
-    it waits or saves. The snapshot is whole (listed, its files there) or not there at all."""
+async def sigterm_snapshot(
+    phase: Phase, rng: random.Random, run: pb.Run, run_id: str, *, at_turn_boundary: bool = True
+) -> int:
+    """SaveSnapshot while a turn is in flight, then SIGTERM while it waits for the turn
+    boundary (``at_turn_boundary``) or while it saves (a sandbox: paused, committed,
+    archived). The snapshot is whole (listed, its files there) or not there at all."""
     daemon = phase.daemon
     t = await phase.create("sigterm_snapshot", run, run_id)
     await _until(_ended_or(t.watch, lambda: t.watch.turns_ended() >= 1), 600)
@@ -245,12 +252,12 @@ async def sigterm_snapshot(phase: Phase, rng: random.Random, run: pb.Run, run_id
     await phase.acknowledge(t)
 
     async def save() -> pb.Snapshot:
-        req = pb.SaveSnapshotRequest(run=t.name, snapshot_id="faults", at_turn_boundary=True)
+        req = pb.SaveSnapshotRequest(run=t.name, snapshot_id="faults", at_turn_boundary=at_turn_boundary)
         got: pb.Snapshot = await daemon.stub.SaveSnapshot(req, timeout=600)
         return got
 
     snap = asyncio.create_task(save())
-    await asyncio.sleep(rng.uniform(0.05, 1.5))
+    await asyncio.sleep(rng.uniform(0.05, 1.5 if at_turn_boundary else 0.6))
     t.injected += 1
     code = await daemon.terminate()
     saved: str
