@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from sclated.bench import _fuzz_socket as fz
 from sclated.capture import MAX_CONTROL_LINE_BYTES, CaptureSink
 from sclated.capture._sink import MAX_CALLS_IN_FLIGHT
 from sclated.errors import InvalidArgument
-from sclated.sandbox import ControlLimits, ControlServer
+from sclated.sandbox import ControlLimits
 
 
 async def test_the_daemon_s_control_sockets_take_every_case_cleanly() -> None:
@@ -86,12 +88,20 @@ async def test_a_refused_request_that_changed_its_run_or_the_other_is_counted(
     assert f.tally.counts["cross_tenant_leaks"] == 1 and "changed bob/fuzz-bob" in f.tally.findings[-1]
 
 
-async def test_rss_growth_comes_out_large_against_a_server_that_buffers_without_bound(tmp_path: Path) -> None:
-    async def hello(msg: Mapping[str, Any]) -> dict[str, Any]:
-        return {}
+# Run in a fresh interpreter: RSS growth is only a clean signal in a process whose
+# allocator has not kept memory freed by earlier tests (a long pytest process reuses
+# it, and an unbounded server's buffers then hardly raise its RSS).
+_RSS_GROWTH_SCRIPT = """
+import asyncio, json, sys
+from pathlib import Path
+from sclated.bench._fuzz_socket import memory_attack
+from sclated.sandbox import ControlLimits, ControlServer
 
-    sock = tmp_path / "s.sock"
-    grown: dict[str, float] = {}
+async def hello(msg):
+    return {}
+
+async def main(sock):
+    grown = {}
     for name, limits in (
         ("unbounded", ControlLimits(line_bytes=2**31, held_bytes=2**32, connections=1000)),
         ("bounded", ControlLimits()),
@@ -99,10 +109,25 @@ async def test_rss_growth_comes_out_large_against_a_server_that_buffers_without_
         server = ControlServer(sock, {"hello": hello}, limits)
         await server.start()
         try:
-            sent, grown[name] = await fz.memory_attack(sock, 20, 8 * 1024 * 1024)
+            sent, grown[name] = await memory_attack(sock, 20, 8 * 1024 * 1024)
         finally:
             await server.close()
-        assert sent >= 20 * 8 * 1024 * 1024 * 0.9
+        grown[name + "_sent"] = sent
         await asyncio.sleep(0.2)
+    print(json.dumps(grown))
+
+asyncio.run(main(Path(sys.argv[1])))
+"""
+
+
+async def test_rss_growth_comes_out_large_against_a_server_that_buffers_without_bound(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _RSS_GROWTH_SCRIPT, str(tmp_path / "s.sock"), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    grown = json.loads(out)
+    for name in ("unbounded", "bounded"):
+        assert grown[name + "_sent"] >= 20 * 8 * 1024 * 1024 * 0.9, grown
     assert grown["unbounded"] > 100 and grown["unbounded"] > 2 * grown["bounded"], grown
     assert ControlLimits().line_bytes == MAX_CONTROL_LINE_BYTES
