@@ -211,6 +211,7 @@ class Daemon:
                 tenant_max_running=config.tenant_max_running,
                 tenant_max_active=config.tenant_max_active,
                 write_reports=config.reports,
+                retention_s=config.retention_s,
             ),
             runs_dir=config.state_dir / "runs",
             data_roots=self.data_roots,

@@ -125,6 +125,7 @@ class Setup:
             unix_socket=str(self.base / "d.sock"),
             ready_file=self.base / "ready.json",
             drain_grace_s=1.0,
+            retention="1s",  # its periodic sweep is one more task to stop in order
         )
 
 
@@ -185,6 +186,7 @@ def assert_nothing_left(d: Daemon, s: Setup) -> None:
     assert not [t for t in threading.enumerate() if t.name.startswith("sclated-store")], "the store's thread"
     flusher = d.manager._flusher
     assert flusher is None or flusher.done(), "the runs' flusher is done"
+    assert not d.manager.history_expiry.running, "the retention sweep is stopped"
     if "sandboxes" in steps.acquired:
         assert s.engine.closed, "the container engine is closed"
     if d.tcp_address is not None:
