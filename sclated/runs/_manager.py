@@ -1013,6 +1013,20 @@ class RunManager:
         except Exception as exc:
             log.exception("run %s failed", live.key)
             outcome = RunOutcome("FAILED", f"internal error: {type(exc).__name__}: {exc}")
+        # The run has ended: recording how (summaries, report, final state) must not be cut
+        # short by a cancel that comes now (CancelRun, shutdown), or the run would stay
+        # RUNNING forever, its watchers waiting. A cancel after the end changes nothing.
+        conclusion = asyncio.get_running_loop().create_task(self._conclude(live, outcome), name=f"run-end:{live.key}")
+        while True:
+            try:
+                await asyncio.shield(conclusion)
+                return
+            except asyncio.CancelledError:
+                if conclusion.done():
+                    raise
+
+    async def _conclude(self, live: _Live, outcome: RunOutcome) -> None:
+        """Summarize an ended run's calls, write its report and record its final state."""
         if outcome.state != "CANCELLED" or outcome.results:
             try:
                 calls = await self.store.calls(live.key)
