@@ -30,6 +30,7 @@ BENCHES = (
     "gaia2",
     "branches",
     "rollouts",
+    "soak",
 )
 
 

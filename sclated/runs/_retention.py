@@ -165,6 +165,8 @@ class SweepReport:
     calls: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
+    bytes_freed: int = 0
+    """What the freed pages held: without retention, the file would be that much bigger."""
     seconds: float = 0.0
 
 
@@ -257,6 +259,7 @@ class HistoryExpiry:
         if report.runs or await self.store.free_pages():
             while True:
                 step = await self.store.reclaim_space(_VACUUM_PAGES)
+                report = dataclasses.replace(report, bytes_freed=report.bytes_freed + step.bytes_freed)
                 if not step.pages_left or not step.pages_freed:
                     break
         report = dataclasses.replace(

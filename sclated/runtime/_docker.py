@@ -480,6 +480,21 @@ class DockerRuntime(Runtime):
 
     # ------------------------------------------------------- adoption, reaping
 
+    async def labelled(self, daemon_id: str) -> dict[str, list[str]]:
+        """The names of every container, network and volume labelled as ``daemon_id``'s
+        (what a stopped daemon left on the engine)."""
+        label = json.dumps({"label": [f"{LABEL_DAEMON}={daemon_id}"]})
+        try:
+            nets = await self.docker._query_json("networks", params={"filters": label})
+            vols = await self.docker._query_json("volumes", params={"filters": label})
+        except DockerError as exc:
+            raise docker_error(exc, "listing sclate networks and volumes") from exc
+        return {
+            "containers": [c.name for c in await self.list_containers({LABEL_DAEMON: daemon_id})],
+            "networks": [str(n.get("Name", n.get("Id", ""))) for n in nets or []],
+            "volumes": [str(v.get("Name", "")) for v in (vols or {}).get("Volumes") or []],
+        }
+
     async def adopt(self, daemon_id: str, runs: Set[str]) -> list[ContainerInfo]:
         found = await self.list_containers({LABEL_DAEMON: daemon_id})
         return [c for c in found if c.run in runs and c.live]

@@ -147,6 +147,8 @@ class SpaceReclaimed:
     pages_freed: int
     pages_left: int
     """Free pages still in the file (more than ``max_pages`` were free)."""
+    bytes_freed: int
+    """What the pages freed now held: the file is that much smaller than it would be."""
 
 
 @dataclass(slots=True)
@@ -647,7 +649,8 @@ class Store:
             conn.execute(f"PRAGMA incremental_vacuum({max(0, int(max_pages))})").fetchall()
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-            return SpaceReclaimed(before, self._file_bytes(), free - left, left)
+            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            return SpaceReclaimed(before, self._file_bytes(), free - left, left, (free - left) * page)
 
         return await self._run(q)
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from sclate_api.v1 import sclate_pb2 as pb
 
+from sclated.report import write_report as real_write_report
 from sclated.runs import _manager as manager_module
 from tests.api.conftest import Api
 
@@ -26,7 +27,6 @@ async def test_a_cancel_while_the_report_is_written_leaves_the_run_as_it_ended(
 ) -> None:
     writing = threading.Event()
     release = threading.Event()
-    real_write_report = manager_module.write_report
 
     def slow_write_report(*args: Any, **kwargs: Any) -> Any:
         """A report that takes until the test says so (a stand-in for a slow plot)."""
@@ -61,7 +61,6 @@ async def test_reports_are_drawn_one_at_a_time(api: Api, monkeypatch: pytest.Mon
     lock = threading.Lock()
     drawing = 0
     most = 0
-    real_write_report = manager_module.write_report
 
     def counting_write_report(*args: Any, **kwargs: Any) -> Any:
         """Counts how many reports are being written at once (a stand-in that is slow)."""
