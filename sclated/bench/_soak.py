@@ -19,11 +19,15 @@ stream of mixed runs for ``--minutes`` (default 3):
   user of the daemon sees).
 
 The daemon's RSS, open file descriptors, threads and child processes are read
-from /proc at two quiet points: after a warm-up (a run of each kind done, the
-embedded model started) and after the load, each once every run has ended and
-its history has expired; the difference is the growth (``*_start``/``*_end``).
+from /proc at quiet points, each once every run has ended and its history has
+expired: after a warm-up of the same load (``--warmup-s``: every lazy start-up
+done, the embedded model started), half way through the load (``*_mid``) and
+after it; the difference between the first and the last is the growth
+(``*_start``/``*_end``). Memory that levels off grows in the first half only.
 The database is measured at the same points: ``db_bytes_per_run`` is its growth
-per run created in between, against the mean size of a kept run row. After
+per run created in between, against the mean size of a kept run row
+(``run_files_mb``: the runs' directories, reports and snapshots, which retention
+leaves alone, measured the same way). After
 the daemon stops (SIGTERM), every container, network and volume labelled with
 its id counts as left behind.
 
@@ -176,12 +180,17 @@ class SoakRaw:
     outcomes: list[RunOutcome] = field(default_factory=list)
     latencies_ms: dict[str, list[float]] = field(default_factory=dict)
     start: ProcSample | None = None
+    mid: ProcSample | None = None
+    """At the quiet point half way through the load (for telling a plateau from a leak)."""
     end: ProcSample | None = None
     peak_rss_mb: float = 0.0
     leftovers: dict[str, int | None] = field(default_factory=dict)
     """``containers_left``, ``networks_left``, ``volumes_left``; None: the engine could not be asked."""
     db_start_bytes: int = 0
     db_end_bytes: int = 0
+    run_files_start_bytes: int = 0
+    run_files_end_bytes: int = 0
+    """The runs' directories (reports, snapshots): retention leaves them."""
     runs_kept_between: int = 0
     """Runs created minus runs deleted between the two quiet points."""
     run_row_bytes_mean: float = 0.0
@@ -195,6 +204,9 @@ class SoakRaw:
     deleted: int = 0
     load_wall_s: float = 0.0
     daemon_exit_code: int | None = None
+    daemon_log_errors: list[str] = field(default_factory=list)
+    """The daemon's ERROR lines (a logged exception: something failed inside, whatever the API said)."""
+    daemon_log_warnings: int = 0
 
 
 def _p(values: Sequence[float], q: float) -> float | None:
@@ -235,9 +247,11 @@ def soak_report(raw: SoakRaw) -> dict[str, Any]:
         "api_errors_total": sum(raw.api_errors.values()),
         "watch": dict(raw.watch),
         "daemon_rss_mb_start": start.rss_mb if start else None,
+        "daemon_rss_mb_mid": raw.mid.rss_mb if raw.mid else None,
         "daemon_rss_mb_end": end.rss_mb if end else None,
         "daemon_rss_mb_peak": raw.peak_rss_mb,
         "fds_start": start.fds if start else None,
+        "fds_mid": raw.mid.fds if raw.mid else None,
         "fds_end": end.fds if end else None,
         "threads_start": start.threads if start else None,
         "threads_end": end.threads if end else None,
@@ -255,7 +269,16 @@ def soak_report(raw: SoakRaw) -> dict[str, Any]:
         "db_size_mb_without_retention_est": round((raw.db_end_bytes + raw.db_freed_bytes) / mb, 2),
         "db_bytes_per_run": round(per_run) if per_run is not None else None,
         "run_row_bytes_mean": round(raw.run_row_bytes_mean),
+        "run_files_mb": round(raw.run_files_end_bytes / mb, 2),
+        "run_files_bytes_per_run": (
+            round((raw.run_files_end_bytes - raw.run_files_start_bytes) / raw.runs_kept_between)
+            if raw.runs_kept_between > 0
+            else None
+        ),
         "daemon_exit_code": raw.daemon_exit_code,
+        "daemon_log_errors": len(raw.daemon_log_errors),
+        "daemon_log_error_lines": raw.daemon_log_errors[:5],
+        "daemon_log_warnings": raw.daemon_log_warnings,
     }
     targets: dict[str, Any] = {
         "runs_failed": 0,
@@ -272,6 +295,7 @@ def soak_report(raw: SoakRaw) -> dict[str, Any]:
         "expired_answers_other": 0,
         "db_bytes_per_run": db_limit,
         "daemon_exit_code": 0,
+        "daemon_log_errors": 0,
     }
     misses: list[str] = []
 
@@ -294,6 +318,7 @@ def soak_report(raw: SoakRaw) -> dict[str, Any]:
     over("db_bytes_per_run", per_run, db_limit)
     if raw.daemon_exit_code != 0:
         misses.append(f"daemon_exit_code {raw.daemon_exit_code} != 0")
+    over("daemon_log_errors", len(raw.daemon_log_errors), 0)
     out["targets"] = targets
     out["missed_targets"] = misses
     out["meets_targets"] = not misses
@@ -304,6 +329,29 @@ def soak_report(raw: SoakRaw) -> dict[str, Any]:
 
 
 _SWEEP_LINE = re.compile(r"retention sweep: (\{.*\})")
+
+
+def log_problems(log_text: str) -> tuple[list[str], int]:
+    """The daemon log's ERROR lines (with the exception's last line when one follows),
+    and how many WARNING lines it has."""
+    errors: list[str] = []
+    warnings = 0
+    lines = log_text.splitlines()
+    for i, line in enumerate(lines):
+        if " ERROR " in line:
+            tail = ""
+            for follow in lines[i + 1 : i + 60]:
+                if _LOG_LINE.match(follow):
+                    break
+                if follow.strip():
+                    tail = follow.strip()
+            errors.append(f"{line.split(' ERROR ', 1)[1]}{(' | ' + tail) if tail else ''}"[:400])
+        elif " WARNING " in line:
+            warnings += 1
+    return errors, warnings
+
+
+_LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 
 def freed_bytes_in_log(log_text: str) -> int:
@@ -319,6 +367,15 @@ def _db_bytes(state_dir: Path) -> int:
     """The database's files on disk: the main file, its WAL and shared memory."""
     files = [state_dir / f"sclated.db{suffix}" for suffix in ("", "-wal", "-shm")]
     return sum(f.stat().st_size for f in files if f.exists())
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 def _mean_row_bytes(db: Path) -> float:
@@ -636,6 +693,7 @@ async def bench_soak(args: argparse.Namespace) -> dict[str, Any]:
                 await soak.settle(retention_s + 60)
                 raw.start = await soak.quiet_sample()
                 raw.db_start_bytes = _db_bytes(state)
+                raw.run_files_start_bytes = await asyncio.to_thread(_tree_bytes, state / "runs")
                 created_before, deleted_before = soak.created, raw.deleted
                 _say(args, f"soak: warm ({len(raw.outcomes)} runs), {raw.start}; load for {args.minutes} min")
 
@@ -643,7 +701,14 @@ async def bench_soak(args: argparse.Namespace) -> dict[str, Any]:
                 probe = await spawn(
                     sys.executable, "-m", "sclated.bench._probe", ready["tcp"], str(stop_file), str(probe_out), "reads"
                 )
-                await soak.load(kinds, args.minutes * 60)
+                # Two halves with a quiet point between: memory that levels off (the
+                # allocator's and the collector's noise) grows in the first half only; a leak
+                # in both.
+                await soak.load(kinds, args.minutes * 30)
+                await soak.settle(retention_s + 120)
+                raw.mid = await soak.quiet_sample()
+                _say(args, f"soak: half way ({len(raw.outcomes)} runs), {raw.mid}")
+                await soak.load(kinds, args.minutes * 30)
                 stop_file.touch()
                 await probe.wait()
                 raw.latencies_ms = json.loads(probe_out.read_text())
@@ -651,6 +716,7 @@ async def bench_soak(args: argparse.Namespace) -> dict[str, Any]:
                 runs = await soak.settle(retention_s + 120)
                 raw.end = await soak.quiet_sample()
                 raw.db_end_bytes = _db_bytes(state)
+                raw.run_files_end_bytes = await asyncio.to_thread(_tree_bytes, state / "runs")
                 raw.runs_kept_between = (soak.created - created_before) - (raw.deleted - deleted_before)
                 raw.runs_expired, raw.overdue_history_runs = soak.overdue(runs)
         finally:
@@ -669,7 +735,9 @@ async def bench_soak(args: argparse.Namespace) -> dict[str, Any]:
         raw.daemon_exit_code = code
         raw.leftovers = leftovers
         raw.run_row_bytes_mean = _mean_row_bytes(state / "sclated.db")
-        raw.db_freed_bytes = freed_bytes_in_log((state / "sclated.log").read_text(errors="replace"))
+        log_text = (state / "sclated.log").read_text(errors="replace")
+        raw.db_freed_bytes = freed_bytes_in_log(log_text)
+        raw.daemon_log_errors, raw.daemon_log_warnings = log_problems(log_text)
     return soak_report(raw)
 
 

@@ -21,6 +21,7 @@ from sclated.bench._soak import (
     SoakRaw,
     count_leftovers,
     freed_bytes_in_log,
+    log_problems,
     proc_sample,
     soak_report,
 )
@@ -195,6 +196,26 @@ def test_what_the_sweeps_freed_is_read_from_the_daemons_log() -> None:
     )
     assert freed_bytes_in_log(log) == 40960 + 8192
     assert freed_bytes_in_log("nothing here") == 0
+
+
+def test_errors_in_the_daemons_log_are_counted_and_missed() -> None:
+    log = (
+        "2026-12-07 13:38:42,220 INFO sclated: serving\n"
+        "2026-12-07 13:38:43,000 ERROR sclated.runs: run local/x failed\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "ValueError: boom\n"
+        "2026-12-07 13:38:44,000 WARNING sclated.runs: run local/y ended with warnings\n"
+        "2026-12-07 13:38:45,000 ERROR sclated: letting go of the store failed\n"
+    )
+    errors, warnings = log_problems(log)
+    assert errors == ["sclated.runs: run local/x failed | ValueError: boom", "sclated: letting go of the store failed"]
+    assert warnings == 1
+    raw = _healthy()
+    raw.daemon_log_errors = errors
+    out = soak_report(raw)
+    assert out["daemon_log_errors"] == 2 and out["daemon_log_error_lines"] == errors
+    assert out["missed_targets"] == ["daemon_log_errors 2 > 0"]
 
 
 def test_proc_sample_sees_a_descriptor_opened() -> None:
