@@ -32,6 +32,7 @@ BENCHES = (
     "rollouts",
     "fuzz",
     "faults",
+    "soak",
 )
 
 

@@ -250,6 +250,7 @@ def run_to_proto(view: RunView) -> pb.Run:
         parent=view.parent,
         group=spec.group,
         group_index=spec.group_index,
+        history_expired=view.history_expired,
     )
     if a.model.sampling_seed is not None:
         run.agent.model.sampling_seed = a.model.sampling_seed
@@ -264,6 +265,7 @@ def run_to_proto(view: RunView) -> pb.Run:
         ("start_time", view.start_ns),
         ("end_time", view.end_ns),
         ("sim_time", view.sim_ns),
+        ("history_expire_time", view.history_expire_ns),
     ):
         ts = _ts(ns)
         if ts is not None:

@@ -178,6 +178,12 @@ def _faults(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_faults(args)
 
 
+def _soak(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._soak import bench_soak
+
+    return bench_soak(args)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
@@ -192,6 +198,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "rollouts": _rollouts,
     "fuzz": _fuzz,
     "faults": _faults,
+    "soak": _soak,
 }
 
 
@@ -264,6 +271,21 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
         help="faults: run only this part, or this one fault of the sandbox part (repeatable)",
     )
     p.add_argument("--keep", type=Path, default=None, help="faults: copy each daemon's state directory here")
+    p.add_argument("--minutes", type=float, default=3.0, help="soak: how long the load is held (default 3)")
+    p.add_argument("--lanes", type=int, default=4, help="soak: runs in flight at once (default 4)")
+    p.add_argument(
+        "--sandboxed-lanes",
+        type=int,
+        default=1,
+        help="soak: of the lanes, how many run the reference harness in Docker (default 1; 0: scripted only)",
+    )
+    p.add_argument("--watchers", type=int, default=3, help="soak: watchers connecting and disconnecting (default 3)")
+    p.add_argument(
+        "--retention", default="10s", help="soak: the daemon's retention of finished runs' history (default 10s)"
+    )
+    p.add_argument("--warmup-s", type=float, default=30.0, help="soak: the same load before the start point (30)")
+    p.add_argument("--seed", type=int, default=None, help="soak: the random choices' seed (default: a new one)")
+    p.add_argument("--no-reports", action="store_true", help="soak: the daemon writes no run reports")
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
     if bench is None:

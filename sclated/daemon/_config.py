@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sclated.errors import ConfigError, InvalidArgument
-from sclated.runs import validate_tenant
+from sclated.runs import parse_duration, validate_tenant
 
 __all__ = ["DaemonConfig", "build_parser", "check_data_roots", "check_startup", "load_config", "tcp_listen_problem"]
 
@@ -56,6 +56,14 @@ class DaemonConfig:
     tenant_data_roots: Mapping[str, tuple[Path, ...]] = dataclass_field(default_factory=dict)
     """A tenant's own roots: they replace ``data_roots`` for it, and no other tenant may
     read inside them."""
+    retention: str = ""
+    """How long after a run ended (SUCCEEDED, FAILED, CANCELLED; wall time) its history
+    (events, journal, captured calls) is expired: ``7d``, ``12h``, ``1d12h``; empty or
+    ``off`` keeps it forever. Its state, results and snapshots stay."""
+
+    @property
+    def retention_s(self) -> float:
+        return parse_duration(self.retention)
 
     @property
     def effective_data_roots(self) -> tuple[Path, ...]:
@@ -98,6 +106,10 @@ class DaemonConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}", field=name)
         if not isinstance(self.drain_grace_s, int | float) or self.drain_grace_s < 0:
             raise ConfigError(f"drain_grace_s must not be negative, got {self.drain_grace_s}", field="drain_grace_s")
+        try:
+            parse_duration(self.retention)
+        except InvalidArgument as exc:
+            raise ConfigError(exc.message, field="retention") from None
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"log_level {self.log_level!r} is not debug/info/warning/error", field="log_level")
         for root in self.data_roots:
@@ -139,6 +151,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "max_message_bytes": (int,),
     "reports": (bool,),
     "model_n_ctx": (int,),
+    "retention": (str,),
 }
 _PATH_LISTS = {"data_roots"}
 _TENANT_PATHS = {"tenant_data_roots"}
@@ -172,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--model-n-ctx", type=int, help="the embedded model's context in tokens (default 8192; more is stretched)"
+    )
+    p.add_argument(
+        "--retention",
+        metavar="DURATION",
+        help="expire a finished run's history (events, journal, captured calls) this long after it ended: "
+        "7d, 12h, 1d12h (default off: kept forever); its state and results stay",
     )
     p.add_argument(
         "--data-root",

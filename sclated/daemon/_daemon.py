@@ -7,7 +7,8 @@ its error goes on. ``Daemon.stop`` unwinds the same stack, which makes the
 shutdown order (temporalio's lesson: announce, stop taking work, drain,
 cancel the rest, then close):
 
-    watchdog pings stop, STOPPING=1, health NOT_SERVING, no new calls,
+    the scheduled full garbage collections stop, watchdog pings stop,
+    STOPPING=1, health NOT_SERVING, no new calls,
     runs drain for drain_grace_s and the rest are interrupted and persisted,
     open calls end, the container engine and the embedded model close,
     the store closes, the socket file goes, the ready file goes last.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import inspect
 import json
 import logging
@@ -40,6 +40,7 @@ from sclate_api.v1 import sclate_pb2, sclate_pb2_grpc
 from adapters import Judge, JudgeReply
 from sclated.api import SclateInterceptor, SclateServicer, TokenTable
 from sclated.daemon._config import DaemonConfig
+from sclated.daemon._gc import GarbageCollector, tune_for_daemon
 from sclated.daemon._listeners import GrpcServer, Listener, TcpListener, UnixSocketListener, listeners_for
 from sclated.daemon._sdnotify import notify, watchdog_interval_s, watchdog_loop
 from sclated.errors import ConfigError, SclateError
@@ -211,6 +212,7 @@ class Daemon:
                 tenant_max_running=config.tenant_max_running,
                 tenant_max_active=config.tenant_max_active,
                 write_reports=config.reports,
+                retention_s=config.retention_s,
             ),
             runs_dir=config.state_dir / "runs",
             data_roots=self.data_roots,
@@ -228,6 +230,8 @@ class Daemon:
         self._stopped = asyncio.Event()
         self._stopping = False
         self._watchdog: asyncio.Task[None] | None = None
+        self.gc = GarbageCollector()
+        """Full collections on a schedule (see sclated.daemon._gc)."""
 
     @property
     def server(self) -> grpc.aio.Server | None:
@@ -384,6 +388,10 @@ class Daemon:
             self._watchdog = asyncio.get_running_loop().create_task(watchdog_loop(interval), name="sclated-watchdog")
             steps.push("watchdog", self._stop_watchdog)
 
+        self._at = "garbage collector"
+        self.gc.start()
+        steps.push("garbage collector", self.gc.stop)
+
         log.info("sclated serving on tcp=%s unix=%s state=%s", self.tcp_address, self.unix_path, cfg.state_dir)
         roots = self.data_roots.describe()
         log.info(
@@ -483,11 +491,10 @@ def run_daemon(config: DaemonConfig) -> int:
     )
 
     async def amain() -> None:
-        # A long-lived daemon holding many small objects: full collections of
-        # the startup heap are pure pause time, so freeze it and collect the
-        # young generation less eagerly.
-        gc.freeze()
-        gc.set_threshold(100_000, 50, 1000)
+        # A long-lived daemon holding many small objects: the start-up heap is
+        # frozen and the young generations collected lazily; the daemon's
+        # GarbageCollector runs the full collections (sclated.daemon._gc).
+        tune_for_daemon()
         daemon = Daemon(config)
         await daemon.start()
         daemon.install_signal_handlers()

@@ -13,6 +13,7 @@ from sclated.runs._manager import (
     parse_run_name,
 )
 from sclated.runs._registry import AgentEntry, Registry, default_registry
+from sclated.runs._retention import HistoryExpiry, Retention, SweepReport, format_duration, parse_duration
 from sclated.runs._snapshots import RestorePlan, SnapshotView
 from sclated.runs._spec import (
     AgentRef,
@@ -36,12 +37,14 @@ __all__ = [
     "ClockRef",
     "DataRoots",
     "EffectExecutor",
+    "HistoryExpiry",
     "JudgeConfig",
     "ManagerConfig",
     "ModelRef",
     "Registry",
     "Resources",
     "RestorePlan",
+    "Retention",
     "RunLoop",
     "RunManager",
     "RunObserver",
@@ -52,10 +55,13 @@ __all__ = [
     "RunView",
     "RunWorker",
     "SnapshotView",
+    "SweepReport",
     "Turn",
     "ask_judge",
     "default_registry",
+    "format_duration",
     "load_scenario",
+    "parse_duration",
     "parse_run_name",
     "replay_stored",
     "validate_run_id",

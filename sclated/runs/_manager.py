@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from sclated.runs._health import (
     summarize_components,
 )
 from sclated.runs._registry import Registry
+from sclated.runs._retention import HistoryExpiry, Retention, check_events_kept, check_history_kept
 from sclated.runs._snapshots import RestorePlan, Snapshots, SnapshotView
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
 from sclated.runs._trajectories import export_run, export_run_group, reward_mode_of, run_samples, trainable_roles
@@ -85,6 +87,9 @@ class ManagerConfig:
     min_free_bytes: int = 16 * 1024 * 1024
     """New work (a run, a resume, a restore, a snapshot) is refused while the state
     directory's disk has less free space than this: what it would write could not be kept."""
+    retention_s: float = 0.0
+    """Wall seconds after a run ended when its history (events, journal, captured calls)
+    expires; 0 keeps it forever (see sclated.runs._retention)."""
 
     def __post_init__(self) -> None:
         for name in ("max_running", "tenant_max_running", "tenant_max_active", "memory_events"):
@@ -94,6 +99,8 @@ class ManagerConfig:
             raise InvalidArgument("min_free_bytes must not be negative", field="min_free_bytes")
         if not 0 < self.flush_interval_s <= 1:
             raise InvalidArgument("flush_interval_s must be in (0, 1]", field="flush_interval_s")
+        if self.retention_s < 0:
+            raise InvalidArgument("retention_s must not be negative", field="retention_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,9 @@ class RunView:
     last_event_seq: int
     results: dict[str, Any]
     parent: str
+    history_expire_ns: int | None = None
+    """When retention expired the run's history, or will (None: kept)."""
+    history_expired: bool = False
 
     @property
     def name(self) -> str:
@@ -159,7 +169,7 @@ def parse_run_name(name: str, field_name: str = "name") -> str:
     return validate_run_id(name[5:], field_name)
 
 
-def _view(row: RunRow) -> RunView:
+def _view(row: RunRow, retention: Retention) -> RunView:
     return RunView(
         run_id=_run_id_of(row.name),
         tenant=row.tenant,
@@ -173,6 +183,8 @@ def _view(row: RunRow) -> RunView:
         last_event_seq=row.last_event_seq,
         results=row.results,
         parent=row.parent,
+        history_expire_ns=retention.expires_ns(row, TERMINAL_STATES),
+        history_expired=row.history_expired_ns is not None,
     )
 
 
@@ -320,6 +332,14 @@ class RunManager:
         """Why the last write failed for want of space; None once a write succeeded again."""
         self.free_bytes: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free
         """The free space of the disk holding ``path`` (a test double may replace it)."""
+        self._reports = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sclated-report")
+        """Reports are drawn one at a time, on this thread (see _conclude)."""
+        self.retention = Retention(self.config.retention_s)
+        self.history_expiry = HistoryExpiry(store, self.retention, TERMINAL_STATES)
+        """Expires finished runs' history under ``retention`` (started with the manager)."""
+
+    def _view(self, row: RunRow) -> RunView:
+        return _view(row, self.retention)
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -343,12 +363,15 @@ class RunManager:
                     )
             else:
                 self._queue[row.name] = None
+        # Before runs start: converting an old database to incremental vacuum holds the store.
+        await self.history_expiry.start()
         self._accepting = True
         self._admit()
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting, let running runs finish for ``grace_s``, interrupt the rest, persist."""
         self._accepting = False
+        await self.history_expiry.stop()
         tasks = [lv.task for lv in self._live.values() if lv.task is not None and not lv.task.done()]
         if tasks:
             _, still = await asyncio.wait(tasks, timeout=grace_s)
@@ -370,6 +393,7 @@ class RunManager:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
+        await asyncio.to_thread(self._reports.shutdown)
 
     # -- writes ----------------------------------------------------------------
     def _kick(self) -> None:
@@ -521,7 +545,7 @@ class RunManager:
                             field="request_id",
                             reason="REQUEST_ID_REUSED",
                         )
-                    return _view(row)
+                    return self._view(row)
             async with self._locks.hold(_key(tenant, run_id)):
                 key = await self._new_key(tenant, run_id, "run_id")
                 self._check_quota(tenant)
@@ -534,7 +558,7 @@ class RunManager:
                 self._batch.inserts.append(row)
                 self._emit(live, "state", {"state": "PENDING", "reason": "waiting for admission"}, 0)
                 await self._enqueue(live)
-                return _view(live.row)
+                return self._view(live.row)
 
     # -- the one admission path (CreateRun, RestoreSnapshot) -------------------------------
     async def _new_key(self, tenant: str, run_id: str, field_name: str) -> str:
@@ -704,11 +728,12 @@ class RunManager:
                     sim_ns=plan.sim_ns,
                     results={},
                     last_event_seq=current.last_event_seq + 1,
+                    history_expired_ns=None,  # the snapshot's journal and calls come back
                 )
                 await self._persist_restore(row, plan, insert=False, now=now)
                 live = _Live(row, row.last_event_seq + 1, resume=True)
                 await self._enqueue(live)
-        return _view(live.row)
+        return self._view(live.row)
 
     async def branch(
         self,
@@ -812,7 +837,7 @@ class RunManager:
                 live = _Live(row, 2, resume=True)
                 await self._enqueue(live)
                 existing[i] = live.row
-        return group_id, [_view(existing[i]) for i in range(count)]
+        return group_id, [self._view(existing[i]) for i in range(count)]
 
     async def group_runs(self, tenant: str, group_id: str) -> list[RunView]:
         """The runs of a group, by index (NotFound when it has none)."""
@@ -880,7 +905,7 @@ class RunManager:
         return await self.store.get_run(key)
 
     async def get(self, tenant: str, name: str) -> RunView:
-        return _view(await self._get_row(tenant, name))
+        return self._view(await self._get_row(tenant, name))
 
     async def _get_row(self, tenant: str, name: str, field_name: str = "name") -> RunRow:
         key = _key(tenant, parse_run_name(name, field_name))
@@ -920,7 +945,7 @@ class RunManager:
                 last_seq = row.seq
                 fresh = self._live[row.name].row if row.name in self._live else row
                 if flt.matches(fresh):
-                    out.append(_view(fresh))
+                    out.append(self._view(fresh))
                     if len(out) == size:
                         break
         # Runs created but not yet flushed are not listed until committed (milliseconds).
@@ -937,7 +962,7 @@ class RunManager:
         row = await self._get_row(tenant, name)
         live = self._live.get(row.name)
         if live is None or live.finished:
-            return _view(row)
+            return self._view(row)
         if live.task is None:
             self._queue.pop(live.key, None)
             await self._finish(live, "CANCELLED", "cancelled before it started")
@@ -947,7 +972,7 @@ class RunManager:
                 live.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(live.task)
-        return _view(live.row)
+        return self._view(live.row)
 
     async def delete(self, tenant: str, name: str) -> None:
         key = (await self._get_row(tenant, name)).name
@@ -988,12 +1013,13 @@ class RunManager:
             self._queue[row.name] = None
             await self.flush()
             self._admit()
-            return _view(live.row)
+            return self._view(live.row)
 
     async def watch(self, tenant: str, name: str, after_seq: int = 0) -> AsyncIterator[EventRow]:
         if after_seq < 0:
             raise InvalidArgument("after_seq must not be negative", field="after_seq")
         row = await self._get_row(tenant, name)
+        check_events_kept(row, after_seq)
         key = row.name
         cursor = after_seq
         while True:
@@ -1005,6 +1031,14 @@ class RunManager:
                 batch = live.committed[start:]
             else:
                 batch = await self.store.events_after(key, cursor, 1000)
+                if not batch or batch[0].seq != cursor + 1:
+                    # Nothing where the next event should be: the run may have been
+                    # deleted or its events expired (retention) since the last read.
+                    current = await self._row(key)
+                    if current is None:
+                        raise NotFound(f"run {name!r} was deleted while it was watched", field="name")
+                    check_events_kept(current, cursor)
+                    row = current
             for ev in batch:
                 if ev.seq != cursor + 1:
                     # Never skip: fall back to the store for the missing stretch.
@@ -1016,7 +1050,7 @@ class RunManager:
                     continue
                 live = self._live.get(key)
                 if live is None or live.finished:
-                    last = live.row.last_event_seq if live is not None else (await self._row(key) or row).last_event_seq
+                    last = live.row.last_event_seq if live is not None else row.last_event_seq
                     if cursor >= last:
                         return
                     continue
@@ -1102,6 +1136,20 @@ class RunManager:
             log.exception("run %s failed", live.key)
             outcome = RunOutcome("FAILED", f"internal error: {type(exc).__name__}: {exc}")
         live.ending = True
+        # The run has ended: recording how (summaries, report, final state) must not be cut
+        # short by a cancel that comes now (CancelRun, shutdown), or the run would stay
+        # RUNNING forever, its watchers waiting. A cancel after the end changes nothing.
+        conclusion = asyncio.get_running_loop().create_task(self._conclude(live, outcome), name=f"run-end:{live.key}")
+        while True:
+            try:
+                await asyncio.shield(conclusion)
+                return
+            except asyncio.CancelledError:
+                if conclusion.done():
+                    raise
+
+    async def _conclude(self, live: _Live, outcome: RunOutcome) -> None:
+        """Summarize an ended run's calls, write its report and record its final state."""
         if outcome.state != "CANCELLED" or outcome.results:
             try:
                 calls = await self.store.calls(live.key)
@@ -1128,12 +1176,19 @@ class RunManager:
             and outcome.results.get("scheduler")
         ):
             try:
-                paths = await asyncio.to_thread(
-                    write_report,
-                    live.worker.run_dir / "report",
-                    run_name=f"runs/{_run_id_of(live.key)}",
-                    results=outcome.results,
-                    timeline=live.worker.timeline,
+                # One at a time: write_report frees each figure (all reference cycles) by
+                # collecting the young generations after the plot, which frees nothing
+                # while another figure is half drawn: that one is promoted to the old
+                # generation and stays until a full collection (+470 MB in the soak).
+                paths = await asyncio.get_running_loop().run_in_executor(
+                    self._reports,
+                    functools.partial(
+                        write_report,
+                        live.worker.run_dir / "report",
+                        run_name=f"runs/{_run_id_of(live.key)}",
+                        results=outcome.results,
+                        timeline=live.worker.timeline,
+                    ),
                 )
                 outcome.results["report_path"] = str(paths.json_path)
                 outcome.results["plot_path"] = str(paths.plot_path)
@@ -1190,8 +1245,18 @@ class RunManager:
         mode = reward_mode_of(reward_mode or "round")
         kept = set(trainable_roles(only, "roles")) if only else None
         row = await self._get_row(tenant, name, "run")
+        check_history_kept(row, "its captured calls (the trajectories)")
         samples = await run_samples(self.store, row.name, row.results, roles, reward_mode=mode)
+        await self._check_still_kept(row.name, "its captured calls (the trajectories)")
         return samples if kept is None else [s for s in samples if s.role in kept]
+
+    async def _check_still_kept(self, key: str, what: str) -> None:
+        """After reading a run's calls and journal: retention may have expired them
+        between the reads, which would give a partial answer instead of an error."""
+        current = await self._row(key)
+        if current is None:
+            raise NotFound(f"run runs/{_run_id_of(key)} was deleted while it was read", field="run")
+        check_history_kept(current, what)
 
     async def export(
         self,
@@ -1216,19 +1281,27 @@ class RunManager:
         mode = reward_mode_of(reward_mode or "round")
         if bool(name) == bool(group):
             raise InvalidArgument("name a run or a group (one of them)", field="group" if group else "run")
+        what = "its captured calls (the export)"
         if not group:
             row = await self._get_row(tenant, name, "run")
-            return await export_run(
+            check_history_kept(row, what)
+            report = await export_run(
                 self.store, row.name, row.results, fmt, out_path, roles, only,
                 reward_mode=mode, unrewarded=unrewarded or "skip",
             )  # fmt: skip
+            await self._check_still_kept(row.name, what)
+            return report
         views = await self.group_runs(tenant, group)
         members: list[tuple[str, str, Mapping[str, Any]]] = []
         for view in views:
             row = await self._get_row(tenant, view.name, "group")
+            check_history_kept(row, what)
             members.append((view.name, row.name, row.results))
         branch_calls = await self.snapshots.branch_calls(tenant, views[0].spec.group_snapshot)
-        return await export_run_group(
+        report = await export_run_group(
             self.store, group, branch_calls, members, fmt, out_path, roles, only,
             reward_mode=mode, unrewarded=unrewarded or "skip",
         )  # fmt: skip
+        for _, key, _ in members:
+            await self._check_still_kept(key, what)
+        return report

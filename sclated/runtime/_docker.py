@@ -491,6 +491,26 @@ class DockerRuntime(Runtime):
 
     # ------------------------------------------------------- adoption, reaping
 
+    async def labelled(self, daemon_id: str) -> dict[str, list[str]]:
+        """The names of every container, network and volume labelled as ``daemon_id``'s
+        (what a stopped daemon left on the engine)."""
+        nets, vols = await self._networks_volumes(daemon_id)
+        return {
+            "containers": [c.name for c in await self.list_containers({LABEL_DAEMON: daemon_id})],
+            "networks": [str(n.get("Name", n.get("Id", ""))) for n in nets],
+            "volumes": [str(v.get("Name", "")) for v in vols],
+        }
+
+    async def _networks_volumes(self, daemon_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The engine's descriptions of the networks and volumes labelled as ``daemon_id``'s."""
+        label = json.dumps({"label": [f"{LABEL_DAEMON}={daemon_id}"]})
+        try:
+            nets = await self.docker._query_json("networks", params={"filters": label})
+            vols = await self.docker._query_json("volumes", params={"filters": label})
+        except DockerError as exc:
+            raise docker_error(exc, "listing sclate networks and volumes") from exc
+        return list(nets or []), list((vols or {}).get("Volumes") or [])
+
     async def adopt(self, daemon_id: str, runs: Set[str]) -> list[ContainerInfo]:
         found = await self.list_containers({LABEL_DAEMON: daemon_id})
         return [c for c in found if c.run in runs and c.live]
@@ -503,16 +523,11 @@ class DockerRuntime(Runtime):
         return doomed
 
     async def _reap_networks_volumes(self, daemon_id: str, keep: Set[str]) -> None:
-        label = json.dumps({"label": [f"{LABEL_DAEMON}={daemon_id}"]})
-        try:
-            nets = await self.docker._query_json("networks", params={"filters": label})
-            vols = await self.docker._query_json("volumes", params={"filters": label})
-        except DockerError as exc:
-            raise docker_error(exc, "listing sclate networks and volumes") from exc
-        for net in nets or []:
+        nets, vols = await self._networks_volumes(daemon_id)
+        for net in nets:
             if (net.get("Labels") or {}).get(LABEL_RUN) not in keep:
                 await self._delete(f"networks/{net['Id']}")
-        for vol in (vols or {}).get("Volumes") or []:
+        for vol in vols:
             if (vol.get("Labels") or {}).get(LABEL_RUN) not in keep:
                 await self._delete(f"volumes/{vol['Name']}")
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from sclated.errors import AlreadyExists, FailedPrecondition, ResourceExhausted
 
-__all__ = ["EventRow", "JournalRow", "RunRow", "Store", "WriteBatch"]
+__all__ = ["EventRow", "ExpiredHistory", "JournalRow", "RunRow", "SpaceReclaimed", "Store", "WriteBatch"]
 
 T = TypeVar("T")
 
@@ -41,7 +41,9 @@ CREATE TABLE IF NOT EXISTS runs (
     sim_ns INTEGER,
     last_event_seq INTEGER NOT NULL DEFAULT 0,
     results TEXT NOT NULL DEFAULT '{}',
-    parent TEXT NOT NULL DEFAULT ''
+    parent TEXT NOT NULL DEFAULT '',
+    history_expired_ns INTEGER,
+    events_expired_through INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX IF NOT EXISTS runs_request ON runs(tenant, request_id) WHERE request_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_tenant ON runs(tenant, seq);
@@ -103,6 +105,11 @@ class RunRow:
     last_event_seq: int = 0
     results: dict[str, Any] = field(default_factory=dict)
     parent: str = ""
+    history_expired_ns: int | None = None
+    """When retention removed the run's history (events, journal, captured calls);
+    None while it is kept. A restore into the run brings journal and calls back."""
+    events_expired_through: int = 0
+    """The run's events up to this sequence number are gone (0: none are)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,29 @@ class JournalRow:
     run: str
     seq: int
     entry: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredHistory:
+    """What :meth:`Store.expire_history` removed of one run."""
+
+    run: str
+    events: int
+    journal: int
+    calls: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceReclaimed:
+    """The database's files (main, WAL, shared memory) before and after :meth:`Store.reclaim_space`."""
+
+    bytes_before: int
+    bytes_after: int
+    pages_freed: int
+    pages_left: int
+    """Free pages still in the file (more than ``max_pages`` were free)."""
+    bytes_freed: int
+    """What the pages freed now held: the file is that much smaller than it would be."""
 
 
 @dataclass(slots=True)
@@ -140,8 +170,14 @@ class WriteBatch:
 
 _RUN_COLUMNS = (
     "name, tenant, seq, request_id, request_hash, spec, state, reason, create_ns, start_ns, "
-    "end_ns, sim_ns, last_event_seq, results, parent"
+    "end_ns, sim_ns, last_event_seq, results, parent, history_expired_ns, events_expired_through"
 )
+_INSERT_RUN = f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * len(_RUN_COLUMNS.split(',')))})"
+# Columns added after the first release: an older database gets them at open.
+_ADDED_RUN_COLUMNS = {
+    "history_expired_ns": "INTEGER",
+    "events_expired_through": "INTEGER NOT NULL DEFAULT 0",
+}
 _UPDATABLE = {
     "state",
     "reason",
@@ -171,6 +207,8 @@ def _run_values(row: RunRow) -> tuple[Any, ...]:
         row.last_event_seq,
         json.dumps(row.results),
         row.parent,
+        row.history_expired_ns,
+        row.events_expired_through,
     )
 
 
@@ -191,6 +229,8 @@ def _row_to_run(r: Sequence[Any]) -> RunRow:
         last_event_seq=r[12],
         results=json.loads(r[13]),
         parent=r[14],
+        history_expired_ns=r[15],
+        events_expired_through=r[16],
     )
 
 
@@ -220,6 +260,11 @@ class Store:
 
     def _open_sync(self) -> None:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # Pages freed by deletes (retention, DeleteRun) go back to the file system with
+        # PRAGMA incremental_vacuum (see reclaim_space). Takes effect only in a new
+        # database, so before the first table; an older one is converted by
+        # enable_incremental_vacuum.
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode: a commit survives a crash or SIGKILL of the daemon
         # (the WAL is written before COMMIT returns); only an OS crash or power
@@ -227,6 +272,10 @@ class Store:
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(_SCHEMA)
+        have = {str(r[1]) for r in conn.execute("PRAGMA table_info(runs)")}
+        for column, decl in _ADDED_RUN_COLUMNS.items():
+            if column not in have:
+                conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
         self._conn = conn
 
     async def close(self) -> None:
@@ -275,10 +324,7 @@ class Store:
             nxt = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs").fetchone()[0]
             row.seq = nxt
             try:
-                conn.execute(
-                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    _run_values(row),
-                )
+                conn.execute(_INSERT_RUN, _run_values(row))
             except sqlite3.IntegrityError as exc:
                 raise AlreadyExists(f"run {row.name!r} already exists", field="run_id") from exc
             return row
@@ -369,10 +415,7 @@ class Store:
 
         def tx(conn: sqlite3.Connection) -> None:
             for row in batch.inserts:
-                conn.execute(
-                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    _run_values(row),
-                )
+                conn.execute(_INSERT_RUN, _run_values(row))
             if batch.events:
                 conn.executemany(
                     "INSERT OR IGNORE INTO run_events (run, seq, kind, sim_ns, wall_ns, payload) VALUES (?,?,?,?,?,?)",
@@ -497,15 +540,14 @@ class Store:
         def tx(conn: sqlite3.Connection) -> None:
             if insert:
                 try:
-                    conn.execute(
-                        f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        _run_values(row),
-                    )
+                    conn.execute(_INSERT_RUN, _run_values(row))
                 except sqlite3.IntegrityError as exc:
                     raise AlreadyExists(f"run {row.name!r} already exists", field="new_run_id") from exc
             else:
+                # The snapshot's journal and calls come back; expired events stay expired.
                 cur = conn.execute(
-                    "UPDATE runs SET state=?, reason=?, end_ns=?, sim_ns=?, results=?, last_event_seq=? WHERE name=?",
+                    "UPDATE runs SET state=?, reason=?, end_ns=?, sim_ns=?, results=?, last_event_seq=?, "
+                    "history_expired_ns=NULL WHERE name=?",
                     (
                         row.state,
                         row.reason,
@@ -569,3 +611,102 @@ class Store:
             return [json.loads(r[0]) for r in self.conn.execute("SELECT record FROM calls WHERE run=?", (run,))]
 
         return await self._run(q)
+
+    # -- retention --------------------------------------------------------------------
+    async def runs_to_expire(self, states: Iterable[str], ended_before_ns: int, limit: int = 100) -> list[str]:
+        """Runs in ``states`` that ended before ``ended_before_ns`` and still hold their
+        history, the longest-ended first."""
+        states = list(states)
+
+        def q() -> list[str]:
+            sql = (
+                f"SELECT name FROM runs WHERE state IN ({','.join('?' * len(states))}) "
+                "AND end_ns IS NOT NULL AND end_ns < ? AND history_expired_ns IS NULL ORDER BY end_ns LIMIT ?"
+            )
+            return [str(r[0]) for r in self.conn.execute(sql, (*states, ended_before_ns, limit))]
+
+        return await self._run(q)
+
+    async def expire_history(
+        self, name: str, *, states: Iterable[str], ended_before_ns: int, now_ns: int
+    ) -> ExpiredHistory | None:
+        """Remove a finished run's history in one transaction: its events, journal and
+        captured call records go and the run is marked (``history_expired_ns``,
+        ``events_expired_through``); its row, results and snapshots stay.
+
+        The conditions are checked again inside the transaction (the run may have been
+        restored or deleted since it was picked): None when they no longer hold. A
+        crash leaves the run either untouched or entirely expired."""
+        states = list(states)
+
+        def tx(conn: sqlite3.Connection) -> ExpiredHistory | None:
+            row = conn.execute(
+                f"SELECT last_event_seq FROM runs WHERE name=? AND state IN ({','.join('?' * len(states))}) "
+                "AND end_ns IS NOT NULL AND end_ns < ? AND history_expired_ns IS NULL",
+                (name, *states, ended_before_ns),
+            ).fetchone()
+            if row is None:
+                return None
+            removed = [
+                conn.execute(f"DELETE FROM {table} WHERE run=?", (name,)).rowcount
+                for table in ("run_events", "journal", "calls")
+            ]
+            conn.execute(
+                "UPDATE runs SET history_expired_ns=?, events_expired_through=MAX(events_expired_through, ?) "
+                "WHERE name=?",
+                (now_ns, int(row[0]), name),
+            )
+            return ExpiredHistory(name, removed[0], removed[1], removed[2])
+
+        return await self._run(self._tx, tx)
+
+    async def reclaim_space(self, max_pages: int = 0) -> SpaceReclaimed:
+        """Give up to ``max_pages`` (0: all) of the pages that deletes freed back to the
+        file system (an incremental vacuum), then checkpoint, which shrinks the file and
+        empties the WAL. Each step is a transaction of SQLite's own: a crash in between
+        leaves free pages for the next call, nothing else."""
+
+        def q() -> SpaceReclaimed:
+            conn = self.conn
+            before = self._file_bytes()
+            free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+            # It steps once per page moved: fetch every row, or it stops early.
+            conn.execute(f"PRAGMA incremental_vacuum({max(0, int(max_pages))})").fetchall()
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+            page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            return SpaceReclaimed(before, self._file_bytes(), free - left, left, (free - left) * page)
+
+        return await self._run(q)
+
+    def _file_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                total += (self.path.parent / (self.path.name + suffix)).stat().st_size
+        return total
+
+    async def file_bytes(self) -> int:
+        """The database's size on disk: the main file, its WAL and shared memory."""
+        return await self._run(self._file_bytes)
+
+    async def free_pages(self) -> int:
+        """Pages in the file that deletes freed and no vacuum returned yet."""
+        return await self._run(lambda: int(self.conn.execute("PRAGMA freelist_count").fetchone()[0]))
+
+    async def auto_vacuum(self) -> str:
+        """``none``, ``full`` or ``incremental``: whether freed pages can leave the file."""
+        mode = await self._run(lambda: int(self.conn.execute("PRAGMA auto_vacuum").fetchone()[0]))
+        return {0: "none", 1: "full", 2: "incremental"}.get(mode, str(mode))
+
+    async def enable_incremental_vacuum(self) -> None:
+        """Convert a database made before incremental vacuum (a full VACUUM: it rewrites
+        the file, needing as much free disk again, and holds the store meanwhile)."""
+
+        def q() -> None:
+            self.conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            self.conn.execute("VACUUM")
+            # In WAL mode the rewritten pages are in the WAL until a checkpoint.
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+        await self._run(q)

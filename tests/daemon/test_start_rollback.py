@@ -37,6 +37,7 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 from sclated.daemon import Daemon, DaemonConfig
 from sclated.daemon import _daemon as daemon_module
 from sclated.daemon._daemon import ReadyFile
+from sclated.daemon._gc import GarbageCollector
 from sclated.daemon._listeners import UnixSocketListener
 from sclated.daemon._sdnotify import notify as real_notify
 from sclated.errors import ConfigError
@@ -57,6 +58,7 @@ STEPS = [
     "health",
     "ready",
     "watchdog",
+    "garbage collector",
 ]
 """The stack entries of a full start, in the order they are acquired."""
 
@@ -125,6 +127,7 @@ class Setup:
             unix_socket=str(self.base / "d.sock"),
             ready_file=self.base / "ready.json",
             drain_grace_s=1.0,
+            retention="1s",  # its periodic sweep is one more task to stop in order
         )
 
 
@@ -185,6 +188,8 @@ def assert_nothing_left(d: Daemon, s: Setup) -> None:
     assert not [t for t in threading.enumerate() if t.name.startswith("sclated-store")], "the store's thread"
     flusher = d.manager._flusher
     assert flusher is None or flusher.done(), "the runs' flusher is done"
+    assert not d.manager.history_expiry.running, "the retention sweep is stopped"
+    assert not d.gc.running, "the scheduled garbage collections are stopped"
     if "sandboxes" in steps.acquired:
         assert s.engine.closed, "the container engine is closed"
     if d.tcp_address is not None:
@@ -340,6 +345,13 @@ def watchdog_fails(mp: pytest.MonkeyPatch, d: Daemon, s: Setup) -> None:
     mp.setattr(daemon_module, "watchdog_interval_s", failing_interval)
 
 
+def garbage_collector_fails(mp: pytest.MonkeyPatch, d: Daemon, s: Setup) -> None:
+    def failing_start(self: GarbageCollector) -> None:
+        raise InjectedFailure("starting the garbage collector")
+
+    mp.setattr(GarbageCollector, "start", failing_start)
+
+
 CASES: dict[str, Case] = {
     "state-dir/daemon-id": Case(daemon_id_unwritable, []),
     "ready-file-claim": Case(ready_file_claim_fails, _before("ready file")),
@@ -355,6 +367,7 @@ CASES: dict[str, Case] = {
     "ready-file-write": Case(ready_file_write_fails_half_written, _before("ready")),
     "sd-notify-ready": Case(ready_notification_fails, _before("ready")),
     "watchdog": Case(watchdog_fails, _before("watchdog")),
+    "garbage-collector": Case(garbage_collector_fails, _before("garbage collector")),
 }
 
 

@@ -114,6 +114,10 @@ async def test_labels_list_adopt_and_reap(
     assert all(c.labels[LABEL_TENANT] == "acme" for c in listed)
     assert {c.id for c in await runtime.list_containers({LABEL_RUN: "gone",
             LABEL_DAEMON: runtime.daemon_id})} == {gone.id}  # fmt: skip
+    # What a stopped daemon would leave, by name (the soak counts it).
+    found = await runtime.labelled(runtime.daemon_id)
+    assert sorted(found["containers"]) == sorted(c.name for c in (keep, gone, stopped_kept))
+    assert len(found["networks"]) == 1 and len(found["volumes"]) == 1
 
     # Another daemon's containers are invisible to this daemon's reap.
     other = await DockerRuntime.connect(runtime.daemon_id + "-other")
@@ -137,6 +141,9 @@ async def test_labels_list_adopt_and_reap(
         vols = await runtime.docker._query_json("volumes", params={"filters": json.dumps(
             {"label": [f"{LABEL_DAEMON}={runtime.daemon_id}"]})})  # fmt: skip
         assert nets == [] and not vols["Volumes"]
+        after = await runtime.labelled(runtime.daemon_id)
+        assert sorted(after["containers"]) == sorted(c.name for c in (keep, stopped_kept))
+        assert after["networks"] == [] and after["volumes"] == []
     finally:
         await other.reap(other.daemon_id, keep=set())
         await other.close()

@@ -235,6 +235,14 @@ def _show_run(run: Any, output: str) -> None:
     t.add_row("agent", run.agent.harness)
     if run.HasField("sim_time"):
         t.add_row("sim time", run.sim_time.ToDatetime(tzinfo=dt.UTC).isoformat())
+    if run.HasField("history_expire_time"):
+        when = run.history_expire_time.ToDatetime(tzinfo=dt.UTC).isoformat()
+        t.add_row(
+            "history",
+            f"expired {when} by the daemon's retention: events, journal and captured calls are gone"
+            if run.history_expired
+            else f"kept until {when} (the daemon's retention), then events, journal and captured calls expire",
+        )
     if run.HasField("results"):
         r = run.results
         t.add_row("score", f"{_score_text(r)} ({r.rounds_graded}/{r.rounds} rounds graded)")
