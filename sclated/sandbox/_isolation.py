@@ -164,8 +164,9 @@ CHECKS: tuple[_Check, ...] = (
     _Check(
         "disk",
         "writing to the sandbox's disk stops at a size limit",
-        "put the engine's data root on xfs mounted with pquota and give runs Limits.disk_bytes "
-        "(the engine's per-container size); until then watch the engine's disk",
+        "nothing in sclate bounds it yet: the runtime honours Limits.disk_bytes (the engine's per-container "
+        "size, which needs its data root on xfs mounted with pquota) but runs do not set it; until then "
+        "watch the engine's disk (`docker system df`) and keep it on a file system of its own",
     ),
 )
 _BY_NAME = {c.name: c for c in CHECKS}
