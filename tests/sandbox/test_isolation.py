@@ -5,6 +5,7 @@ that must be caught on every weakness it has; the real runtime passes all but an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import socket
@@ -194,25 +195,28 @@ def sandbox_image() -> str:
     return asyncio.run(image_ref("sclate-sandbox"))
 
 
-@pytest.fixture
-async def leaky() -> AsyncIterator[DockerRuntime]:
+@contextlib.asynccontextmanager
+async def _reaped(kind: type[DockerRuntime]) -> AsyncIterator[DockerRuntime]:
+    """A ``kind`` runtime with a fresh daemon id; everything it labelled is reaped afterwards."""
     base = await DockerRuntime.connect(f"isotest-{secrets.token_hex(4)}")
-    runtime = LeakyDockerRuntime(base.docker, base.daemon_id)
+    runtime = kind(base.docker, base.daemon_id)
     try:
         yield runtime
     finally:
         await runtime.reap(runtime.daemon_id, keep=set())
         await runtime.close()
+
+
+@pytest.fixture
+async def leaky() -> AsyncIterator[DockerRuntime]:
+    async with _reaped(LeakyDockerRuntime) as runtime:
+        yield runtime
 
 
 @pytest.fixture
 async def hardened() -> AsyncIterator[DockerRuntime]:
-    runtime = await DockerRuntime.connect(f"isotest-{secrets.token_hex(4)}")
-    try:
+    async with _reaped(DockerRuntime) as runtime:
         yield runtime
-    finally:
-        await runtime.reap(runtime.daemon_id, keep=set())
-        await runtime.close()
 
 
 def _by_name(results: list[IsolationResult]) -> dict[str, IsolationResult]:
