@@ -5,9 +5,13 @@ runtime's checks), then the model endpoint (a real chat call returning token
 ids) and the capture proxy (mitmdump with the capture addon in front of that
 endpoint, the record arriving on a control socket), and the data roots the
 daemon's configuration gives (``--config``, or ``--state-dir`` and the roots'
-flags): the host paths runs may name. Prints a table, or JSON with ``--json``
-(``data_roots`` there lists them); exits non-zero on any failure, each saying
-what to do.
+flags): the host paths runs may name; and the sandbox escape checks (two
+sandboxes set up as runs' are, one attacking: the Docker socket, the host's
+services, the other sandbox, the outside, the host's files and kernel settings,
+privileges, a fork bomb, a memory hog, a disk fill; ``--skip-isolation`` leaves
+them out). Prints a table, or JSON with ``--json`` (``data_roots`` there lists
+the roots, ``isolation`` the escape checks); exits non-zero on any failure,
+each saying what to do.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import aiohttp
 
 from sclated.model import EmbeddedModel
 from sclated.runtime import Check, run_doctor
-from sclated.sandbox import ControlServer
+from sclated.sandbox import ControlServer, IsolationResult, run_isolation_checks
 
 __all__ = [
     "EMBEDDED_FIX",
@@ -278,11 +282,16 @@ def check_data_roots_in_effect(
     return Check(name, True, f"runs may name paths in {detail} (and the benchmarks' built-in data)"), described
 
 
+async def _isolation(skip: bool) -> list[IsolationResult] | None:
+    return None if skip else await run_isolation_checks()
+
+
 def run_doctor_cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="sclated doctor", description=__doc__)
     p.add_argument("--json", action="store_true")
     p.add_argument("--model-url", help="check this endpoint instead of starting the embedded model")
     p.add_argument("--skip-runtime", action="store_true", help="only the model and proxy checks")
+    p.add_argument("--skip-isolation", action="store_true", help="leave out the sandbox escape checks (about 10-20 s)")
     p.add_argument(
         "--config", type=Path, help=f"the daemon's configuration, for its data roots (default {SYSTEM_CONFIG} if any)"
     )
@@ -297,15 +306,33 @@ def run_doctor_cli(argv: list[str]) -> int:
         args.config, args.state_dir, args.data_roots, args.tenant_data_roots
     )
     checks = [*asyncio.run(_all(args.model_url, args.skip_runtime)), roots_check]
-    failed = [c for c in checks if not c.ok]
+    # The escape checks need the engine: --skip-runtime leaves them out too.
+    isolation = asyncio.run(_isolation(args.skip_isolation or args.skip_runtime))
+    failed = [c for c in checks if not c.ok] + [r for r in isolation or [] if not r.passed]
     if args.json:
-        print(json.dumps({"ok": not failed, "checks": [c.__dict__ for c in checks], "data_roots": roots}))
+        print(
+            json.dumps(
+                {
+                    "ok": not failed,
+                    "checks": [c.__dict__ for c in checks],
+                    "data_roots": roots,
+                    "isolation": None if isolation is None else [r.as_dict() for r in isolation],
+                }
+            )
+        )
     else:
         from rich.console import Console
         from rich.table import Table
 
+        console = Console()
         t = Table("check", "", "detail", "what to do")
         for c in checks:
             t.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", c.detail, c.fix if not c.ok else "")
-        Console().print(t)
+        console.print(t)
+        if isolation is not None:
+            t = Table("sandbox escape check", "", "expected", "observed", "what to do", title="isolation")
+            for r in isolation:
+                ok = "[green]ok[/]" if r.passed else "[red]FAIL[/]"
+                t.add_row(r.name, ok, r.expected, r.detail if r.passed else f"{r.detail} ({r.observed})", r.fix)
+            console.print(t)
     return 1 if failed else 0

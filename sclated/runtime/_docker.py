@@ -27,6 +27,7 @@ from sclated.runtime._spec import (
     LABEL_TENANT,
     ContainerInfo,
     ContainerStats,
+    EngineFacts,
     ExecResult,
     SandboxSpec,
     check_name,
@@ -58,7 +59,7 @@ def hardened_host_config(spec: SandboxSpec, network: str) -> dict[str, Any]:
     mounts: list[dict[str, Any]] = [
         {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only} for m in spec.mounts
     ]
-    return {
+    config: dict[str, Any] = {
         "Privileged": False,
         "CapDrop": ["ALL"],
         "SecurityOpt": ["no-new-privileges:true"],
@@ -76,6 +77,9 @@ def hardened_host_config(spec: SandboxSpec, network: str) -> dict[str, Any]:
         "AutoRemove": False,
         "LogConfig": {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "2"}},
     }
+    if spec.limits.disk_bytes is not None:
+        config["StorageOpt"] = {"size": str(spec.limits.disk_bytes)}
+    return config
 
 
 def _info(data: Mapping[str, Any]) -> ContainerInfo:
@@ -140,6 +144,10 @@ class DockerRuntime(Runtime):
             LABEL_ROLE: spec.role,
         }
 
+    def host_config(self, spec: SandboxSpec, network: str) -> dict[str, Any]:
+        """The HostConfig a sandbox is created with: always :func:`hardened_host_config`."""
+        return hardened_host_config(spec, network)
+
     def _check_mounts(self, spec: SandboxSpec) -> None:
         for m in spec.mounts:
             real = os.path.realpath(m.source)
@@ -158,7 +166,7 @@ class DockerRuntime(Runtime):
         try:
             if spec.network_mode == "run":
                 network = await self._ensure_network(spec, labels)
-            host_config = hardened_host_config(spec, network)
+            host_config = self.host_config(spec, network)
             for v in spec.volumes:
                 name = volume_name(self.daemon_id, spec, v.name)
                 if await self._ensure_volume(name, labels):
@@ -184,6 +192,12 @@ class DockerRuntime(Runtime):
             try:
                 container = await self.docker.containers.create(config, name=name)
             except DockerError as exc:
+                if "storage-opt" in exc.message.lower():
+                    raise FailedPrecondition(
+                        f"limits.disk_bytes: this engine cannot bound a container's disk ({exc.message}); "
+                        "put the engine's data root on xfs mounted with pquota, or leave disk_bytes unset",
+                        reason="DISK_LIMIT_UNSUPPORTED",
+                    ) from exc
                 if exc.status == 404 and "image" in exc.message.lower():
                     raise NotFound(
                         f"image {spec.image!r} is not on this engine; build it with "
@@ -479,6 +493,31 @@ class DockerRuntime(Runtime):
             cpu_total_ns=int(cpu.get("total_usage") or 0),
             pids=int(pids.get("current") or 0),
             oom_killed=bool(state.get("OOMKilled")),
+        )
+
+    async def addresses(self, container_id: str) -> tuple[str, ...]:
+        try:
+            data = await self._container(container_id).show()
+        except DockerError as exc:
+            raise docker_error(exc, f"container {container_id[:12]}") from exc
+        networks = (data.get("NetworkSettings") or {}).get("Networks") or {}
+        found = [str(n.get("IPAddress")) for n in networks.values() if n and n.get("IPAddress")]
+        found += [str(n.get("GlobalIPv6Address")) for n in networks.values() if n and n.get("GlobalIPv6Address")]
+        return tuple(found)
+
+    async def engine_facts(self) -> EngineFacts:
+        try:
+            info = await self.docker.system.info()
+            bridge = await self.docker._query_json("networks/bridge")
+        except DockerError as exc:
+            raise docker_error(exc, "engine information") from exc
+        status = {str(k): str(v) for k, v in info.get("DriverStatus") or []}
+        ipam = (bridge.get("IPAM") or {}).get("Config") or []
+        return EngineFacts(
+            storage_driver=str(info.get("Driver") or ""),
+            backing_filesystem=status.get("Backing Filesystem", ""),
+            root_dir=str(info.get("DockerRootDir") or ""),
+            gateways=tuple(str(c["Gateway"]) for c in ipam if c.get("Gateway")),
         )
 
     async def list_containers(self, labels: Mapping[str, str]) -> list[ContainerInfo]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 
 from sclated.runtime._exec_stream import ExecStream
-from sclated.runtime._spec import ContainerInfo, ContainerStats, ExecResult, SandboxSpec
+from sclated.runtime._spec import ContainerInfo, ContainerStats, EngineFacts, ExecResult, SandboxSpec
 
 __all__ = ["Runtime"]
 
@@ -88,6 +88,14 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     async def inspect(self, container_id: str) -> ContainerInfo: ...
+
+    @abc.abstractmethod
+    async def addresses(self, container_id: str) -> tuple[str, ...]:
+        """The container's IP addresses on the engine's networks (none for network mode ``none``)."""
+
+    @abc.abstractmethod
+    async def engine_facts(self) -> EngineFacts:
+        """Storage driver, where writable layers live, the host's bridge addresses."""
 
     @abc.abstractmethod
     async def list_containers(self, labels: Mapping[str, str]) -> list[ContainerInfo]:

@@ -16,6 +16,7 @@ __all__ = [
     "LABEL_TENANT",
     "ContainerInfo",
     "ContainerStats",
+    "EngineFacts",
     "ExecResult",
     "Limits",
     "Mount",
@@ -69,6 +70,9 @@ class Limits:
     memory_bytes: int = 2 * GIB
     nano_cpus: int = 1_000_000_000
     pids: int = 512
+    disk_bytes: int | None = None
+    """The container's writable layer, as the engine's per-container size (StorageOpt
+    ``size``); None: unbounded. Overlay2 can only do it on xfs mounted with ``pquota``."""
 
     def __post_init__(self) -> None:
         if self.memory_bytes < 6 * (1 << 20):
@@ -80,6 +84,11 @@ class Limits:
             raise InvalidArgument("limits.nano_cpus must be > 0 (1_000_000_000 = one CPU)", field="limits.nano_cpus")
         if self.pids <= 0:
             raise InvalidArgument("limits.pids must be > 0", field="limits.pids")
+        if self.disk_bytes is not None and self.disk_bytes < 16 * (1 << 20):
+            raise InvalidArgument(
+                f"limits.disk_bytes={self.disk_bytes} is below 16 MiB: a sandbox could not even start",
+                field="limits.disk_bytes",
+            )
 
 
 @dataclass(frozen=True)
@@ -195,3 +204,15 @@ class ContainerStats:
     cpu_total_ns: int
     pids: int
     oom_killed: bool = False
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the container engine says about where sandboxes live (for the isolation checks)."""
+
+    storage_driver: str
+    backing_filesystem: str
+    root_dir: str
+    """Where the engine keeps containers' writable layers (on the engine's host)."""
+    gateways: tuple[str, ...]
+    """The host's addresses on the engine's default bridge network (docker0)."""

@@ -6,6 +6,7 @@ Nothing here is harness-specific: harnesses declare themselves
 """
 
 from sclated.sandbox._control import ControlLimits, ControlServer, Handler
+from sclated.sandbox._isolation import CHECKS, IsolationResult, judge_attempts, run_isolation, run_isolation_checks
 from sclated.sandbox._process_probe import ProcessProbe
 from sclated.sandbox._proxy import PROXY_LOG, ROLE_PORTS, SPOOL_DIR, endpoints_for, mitmdump_command
 from sclated.sandbox._session import (
@@ -18,12 +19,14 @@ from sclated.sandbox._session import (
 )
 
 __all__ = [
+    "CHECKS",
     "PROXY_LOG",
     "ROLE_PORTS",
     "SPOOL_DIR",
     "ControlLimits",
     "ControlServer",
     "Handler",
+    "IsolationResult",
     "ProcessProbe",
     "SandboxOptions",
     "SandboxServices",
@@ -31,6 +34,9 @@ __all__ = [
     "SessionConfig",
     "SessionStart",
     "endpoints_for",
+    "judge_attempts",
     "mitmdump_command",
+    "run_isolation",
+    "run_isolation_checks",
     "short_sockets_dir",
 ]

@@ -20,6 +20,7 @@ def _sclated(*args: str) -> subprocess.CompletedProcess[str]:
     ("argv", "option"),
     [
         (["doctor", "--help"], "--skip-runtime"),
+        (["doctor", "--help"], "--skip-isolation"),
         (["images", "build", "--help"], "--only"),
         (["model", "serve", "--help"], "--gguf"),
         (["bench", "scheduler", "--help"], "--quick"),

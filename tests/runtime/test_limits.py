@@ -1,5 +1,6 @@
 """Resource limits are enforced: a memory hog is OOM-killed and a fork bomb hits the
-pids limit, inside the sandbox, while the host keeps working."""
+pids limit, inside the sandbox, while the host keeps working; a disk limit is enforced
+or refused, never ignored."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import asyncio
 
 import pytest
 
-from sclated.runtime import DockerRuntime, Limits, SandboxSpec
+from sclated.errors import FailedPrecondition, InvalidArgument
+from sclated.runtime import LABEL_RUN, DockerRuntime, Limits, SandboxSpec
 
 pytestmark = pytest.mark.docker
 
@@ -58,3 +60,23 @@ async def test_fork_bomb_hits_pids_limit(runtime: DockerRuntime, sandbox_image: 
     proc = await asyncio.create_subprocess_exec("true")
     assert await proc.wait() == 0
     # The sandbox is at its limit but still removable (the fixture removes it).
+
+
+async def test_a_disk_limit_is_enforced_or_refused_clearly(runtime: DockerRuntime, sandbox_image: str) -> None:
+    """Never silently ignored: an engine that cannot bound a container's disk (overlay2 on
+    anything but xfs with pquota) refuses the sandbox, naming what to do."""
+    with pytest.raises(InvalidArgument, match="below 16 MiB"):
+        Limits(disk_bytes=1 << 20)
+    spec = SandboxSpec(image=sandbox_image, run="disk", tenant="acme", limits=Limits(disk_bytes=64 << 20))
+    try:
+        info = await runtime.create(spec)
+    except FailedPrecondition as exc:
+        assert exc.reason == "DISK_LIMIT_UNSUPPORTED"
+        assert "pquota" in exc.message and "limits.disk_bytes" in exc.message
+        assert await runtime.list_containers({LABEL_RUN: "disk"}) == []
+        return
+    await runtime.start(info.id)
+    fill = "dd if=/dev/zero of=/var/tmp/fill bs=1M count=128 conv=fsync 2>&1; echo exit=$?"
+    r = await runtime.exec(info.id, ["sh", "-c", fill], timeout_s=60)
+    assert "No space left" in r.text or "quota" in r.text.lower(), r.text
+    assert "exit=0" not in r.text
