@@ -320,9 +320,9 @@ def run_demo_cli(argv: list[str]) -> int:
         print(f"sclated demo failed: {exc.what}\nWhat to do: {exc.todo}", file=sys.stderr)
         return 1
     except Exception as exc:
-        from sclated.errors import SclateError
+        from sclated.errors import describe
 
-        msg = exc.message if isinstance(exc, SclateError) else f"{type(exc).__name__}: {exc}"
+        msg = describe(exc)
         print(
             f"sclated demo failed: {msg}\nWhat to do: run `sclated doctor` to check the engine, images, simulated "
             f"time and the model; {log_hint}.",

@@ -40,6 +40,7 @@ __all__ = [
     "SclateError",
     "Unauthenticated",
     "Unavailable",
+    "describe",
 ]
 
 
@@ -144,3 +145,15 @@ class RuntimeUnavailable(Unavailable):
 
 class ModelUnavailable(Unavailable):
     default_reason = "MODEL_UNAVAILABLE"
+
+
+def describe(exc: BaseException) -> str:
+    """One line saying what went wrong, for a run's reason or a log: a SclateError's own
+    message, otherwise the exception's type and message. Some exceptions carry no message
+    (``TimeoutError()`` from ``asyncio.timeout``); their reason must still say something."""
+    if isinstance(exc, SclateError):
+        return exc.message
+    text = str(exc).strip()
+    if not text:
+        return f"{type(exc).__name__} (raised without a message)"
+    return f"{type(exc).__name__}: {text}"

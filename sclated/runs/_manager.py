@@ -39,6 +39,7 @@ from sclated.errors import (
     ResourceExhausted,
     SclateError,
     Unavailable,
+    describe,
 )
 from sclated.report import write_report
 from sclated.runs._data_roots import DataRoots
@@ -1134,7 +1135,7 @@ class RunManager:
             outcome = RunOutcome("FAILED", exc.message)
         except Exception as exc:
             log.exception("run %s failed", live.key)
-            outcome = RunOutcome("FAILED", f"internal error: {type(exc).__name__}: {exc}")
+            outcome = RunOutcome("FAILED", f"internal error: {describe(exc)}")
         live.ending = True
         # The run has ended: recording how (summaries, report, final state) must not be cut
         # short by a cancel that comes now (CancelRun, shutdown), or the run would stay

@@ -34,7 +34,7 @@ from adapters import (
     Workspace,
 )
 from adapters.memory import MemorySystem, memory_environment, memory_image, memory_routines, memory_system
-from sclated.errors import FailedPrecondition, InvalidArgument, RuntimeUnavailable, SclateError
+from sclated.errors import FailedPrecondition, InvalidArgument, RuntimeUnavailable, describe
 from sclated.runtime import Limits
 from sclated.sandbox import SandboxOptions, SandboxServices, SandboxSession, SessionConfig, SessionStart
 from sclated.scheduler import DeliverPrompt, EventSource, EventSpec
@@ -276,6 +276,14 @@ class SandboxedAgent:
     async def deliver(self, prompt: DeliverPrompt) -> TurnResult:
         try:
             return await self.harness.deliver(prompt)
+        except TimeoutError as exc:
+            # A harness's own turn limit runs out as a bare TimeoutError: say which turn ended so.
+            timed_out = FailedPrecondition(
+                f"harness {self.declaration.name!r}: the turn did not end within its time limit "
+                "(the harness's turn_timeout_s): a model or memory call may have been too slow",
+                reason="TURN_TIMEOUT",
+            )
+            raise await self._explained(timed_out) from exc
         except Exception as exc:
             raise await self._explained(exc) from exc
 
@@ -286,7 +294,7 @@ class SandboxedAgent:
         why = await session.explain() if session is not None else None
         if why is None:
             return exc
-        detail = exc.message if isinstance(exc, SclateError) else f"{type(exc).__name__}: {exc}"
+        detail = describe(exc)
         return FailedPrecondition(f"{why}; {detail}", reason="SANDBOX_FAILED")
 
     async def stop_session(self) -> None:

@@ -37,7 +37,7 @@ from adapters import (
     WorldChange,
 )
 from sclated.clock import ClockConfig, Jump, Lease, LeaseChange, SimClock, WallLedger
-from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, SclateError
+from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, describe
 from sclated.report import Timeline
 from sclated.runs._deliveries import Delivery, DeliveryLog
 from sclated.runs._journal_json import entry_from_json, entry_to_json
@@ -766,7 +766,7 @@ class RunWorker:
         results = self.results(summary)
         if self._failure is not None:
             exc = self._failure
-            msg = exc.message if isinstance(exc, SclateError) else f"{type(exc).__name__}: {exc}"
+            msg = describe(exc)
             return RunOutcome("FAILED", msg, results)
         if summary.reason.startswith("failed"):
             return RunOutcome("FAILED", summary.reason, results)

@@ -46,3 +46,20 @@ async def test_a_failure_the_sandbox_cannot_explain_is_left_as_it_is() -> None:
     with pytest.raises(SclateError) as info:
         await _agent(None).deliver(DeliverPrompt("hi"))
     assert info.value.reason == "NOT_STARTED"
+
+
+class TimingOutHarness(ReferenceHarness):
+    """Test double: a harness whose turn limit ran out (asyncio.timeout raises a bare TimeoutError)."""
+
+    async def deliver(self, prompt: DeliverPrompt) -> Any:
+        raise TimeoutError
+
+
+async def test_a_turn_that_times_out_says_so_not_an_empty_timeout_error() -> None:
+    # Seen in a run under load: its reason was "TimeoutError: ", which names nothing.
+    agent = SandboxedAgent(TimingOutHarness({}), SandboxOptions(), None)
+    agent._session = cast(SandboxSession, ExplainingSession(None))
+    with pytest.raises(FailedPrecondition) as info:
+        await agent.deliver(DeliverPrompt("hi"))
+    assert info.value.reason == "TURN_TIMEOUT"
+    assert "'reference'" in info.value.message and "turn_timeout_s" in info.value.message
