@@ -252,7 +252,9 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
         help="harness, branches: the embedded model's context (default 16384: a harness resends its whole session)",
     )
     p.add_argument("--count", type=int, default=8, help="rollouts: the group's size K (default 8)")
-    p.add_argument("--seed", type=int, default=None, help="fuzz, faults: the campaign's seed (default random; printed)")
+    p.add_argument(
+        "--seed", type=int, default=None, help="fuzz, faults, soak: the campaign's seed (default random; printed)"
+    )
     p.add_argument("--requests", type=int, default=10_000, help="fuzz: API requests to send (default 10000)")
     p.add_argument(
         "--part",
@@ -284,7 +286,6 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
         "--retention", default="10s", help="soak: the daemon's retention of finished runs' history (default 10s)"
     )
     p.add_argument("--warmup-s", type=float, default=30.0, help="soak: the same load before the start point (30)")
-    p.add_argument("--seed", type=int, default=None, help="soak: the random choices' seed (default: a new one)")
     p.add_argument("--no-reports", action="store_true", help="soak: the daemon writes no run reports")
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
