@@ -223,7 +223,7 @@ class DiskWatchdog:
                 log.warning(
                     "%s: the disk watchdog could not measure the sandbox (%s; %d time(s) in a row); it tries again",
                     self.name,
-                    f"no answer within {self.timeout_s:.0f} s" if isinstance(exc, TimeoutError) else describe(exc),
+                    f"no answer within {self.timeout_s:g} s" if isinstance(exc, TimeoutError) else describe(exc),
                     self.failures,
                 )
                 wait = self.next_wait(time.monotonic() - started)

@@ -542,8 +542,8 @@ async def _disk(runtime: Runtime, sandbox: Sandbox, limits: Limits, facts: Engin
     stopped: list[float] = []
 
     async def stop(verdict: DiskVerdict) -> None:
-        stopped.append(time.monotonic())
         await runtime.stop(sandbox.id, grace_s=0)
+        stopped.append(time.monotonic())
 
     watchdog = DiskWatchdog(
         SandboxDiskMeter(runtime, sandbox.id),
@@ -564,6 +564,9 @@ async def _disk(runtime: Runtime, sandbox: Sandbox, limits: Limits, facts: Engin
         lines: list[dict[str, Any]] = []
         with contextlib.suppress(SclateError):  # the exec of a killed container may end either way
             lines = _json_lines(await _probe(sandbox, config, timeout_s=300))
+        if watchdog.verdict is not None and watchdog.task is not None:
+            # The writer died as the kill began: let the stop finish before looking.
+            await asyncio.wait([watchdog.task], timeout=30)
     finally:
         await watchdog.close()
     try:
