@@ -14,8 +14,9 @@ loopback and addresses, B (its listener, its control socket), the outside
 (TCP, DNS), writes to the control directory, kernel settings and the host's
 files and disk, B's control directory, capabilities, setuid programs,
 namespaces and mounts, raw sockets, chown, the clock; then a fork bomb, a
-memory hog and a disk fill, each bounded just past the limit it tests. The
-model path is checked to work: the one way out a sandbox has.
+memory hog and a disk fill, each bounded just past the limit it tests (where
+the engine sets no disk size, the disk fill meets a run's disk watchdog, with a
+small limit). The model path is checked to work: the one way out a sandbox has.
 
 Each check gives an :class:`IsolationResult`; ``sclated doctor`` lists them.
 The in-sandbox side is ``_isolation_probe`` (standard library only).
@@ -551,6 +552,7 @@ async def _disk(runtime: Runtime, sandbox: Sandbox, limits: Limits, facts: Engin
         interval_s=WATCHDOG_INTERVAL_S,
         on_over=stop,
         name=f"isolation sandbox {sandbox.run}",
+        option="the disk check's limit",
         timeout_s=10,
     )
     started = time.monotonic()

@@ -51,6 +51,7 @@ from sclated.runtime import (
     LABEL_RUN,
     LABEL_TENANT,
     DockerRuntime,
+    ExecResult,
     Limits,
     ModelBridge,
     Runtime,
@@ -503,7 +504,7 @@ class SandboxSession:
             return
         sandbox_id = self._sandbox.id
 
-        async def run(argv: Sequence[str], timeout_s: float) -> Any:
+        async def run(argv: Sequence[str], timeout_s: float) -> ExecResult:
             async with self._gate.running():  # never into a sandbox frozen for a snapshot
                 return await runtime.exec(sandbox_id, list(argv), timeout_s=timeout_s)
 
