@@ -495,6 +495,23 @@ class DockerRuntime(Runtime):
             oom_killed=bool(state.get("OOMKilled")),
         )
 
+    async def writable_layer_bytes(self, container_id: str) -> int:
+        # The engine's own walk of the layer (inspect with size: SizeRw), the measure
+        # `docker ps --size` shows; measured on overlay2: ~1 ms for a few files, ~0.2 s
+        # for 20k, ~0.8 s for 100k (see sclated/sandbox/_disk_watch.py for how often).
+        try:
+            data = await self.docker._query_json(f"containers/{container_id}/json", params={"size": "1"})
+        except DockerError as exc:
+            raise docker_error(exc, f"the writable layer of container {container_id[:12]}") from exc
+        size = data.get("SizeRw")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise FailedPrecondition(
+                f"the engine did not say how much container {container_id[:12]} wrote (SizeRw {size!r}); "
+                f"its storage driver {data.get('Driver')!r} may not report it",
+                reason="DISK_UNMEASURED",
+            )
+        return size
+
     async def addresses(self, container_id: str) -> tuple[str, ...]:
         try:
             data = await self._container(container_id).show()

@@ -90,6 +90,11 @@ class Runtime(abc.ABC):
     async def inspect(self, container_id: str) -> ContainerInfo: ...
 
     @abc.abstractmethod
+    async def writable_layer_bytes(self, container_id: str) -> int:
+        """Bytes in the container's writable layer (what it wrote outside its volumes and
+        mounts). A walk of the layer on the engine's side: its cost grows with the files in it."""
+
+    @abc.abstractmethod
     async def addresses(self, container_id: str) -> tuple[str, ...]:
         """The container's IP addresses on the engine's networks (none for network mode ``none``)."""
 

@@ -6,6 +6,7 @@ Nothing here is harness-specific: harnesses declare themselves
 """
 
 from sclated.sandbox._control import ControlLimits, ControlServer, Handler
+from sclated.sandbox._disk_watch import DiskUsage, DiskVerdict, DiskWatchdog, SandboxDiskMeter
 from sclated.sandbox._isolation import CHECKS, IsolationResult, judge_attempts, run_isolation, run_isolation_checks
 from sclated.sandbox._process_probe import ProcessProbe
 from sclated.sandbox._proxy import PROXY_LOG, ROLE_PORTS, SPOOL_DIR, endpoints_for, mitmdump_command
@@ -25,9 +26,13 @@ __all__ = [
     "SPOOL_DIR",
     "ControlLimits",
     "ControlServer",
+    "DiskUsage",
+    "DiskVerdict",
+    "DiskWatchdog",
     "Handler",
     "IsolationResult",
     "ProcessProbe",
+    "SandboxDiskMeter",
     "SandboxOptions",
     "SandboxServices",
     "SandboxSession",

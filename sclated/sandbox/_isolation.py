@@ -14,8 +14,9 @@ loopback and addresses, B (its listener, its control socket), the outside
 (TCP, DNS), writes to the control directory, kernel settings and the host's
 files and disk, B's control directory, capabilities, setuid programs,
 namespaces and mounts, raw sockets, chown, the clock; then a fork bomb, a
-memory hog and a disk fill, each bounded just past the limit it tests. The
-model path is checked to work: the one way out a sandbox has.
+memory hog and a disk fill, each bounded just past the limit it tests (where
+the engine sets no disk size, the disk fill meets a run's disk watchdog, with a
+small limit). The model path is checked to work: the one way out a sandbox has.
 
 Each check gives an :class:`IsolationResult`; ``sclated doctor`` lists them.
 The in-sandbox side is ``_isolation_probe`` (standard library only).
@@ -53,6 +54,7 @@ from sclated.runtime import (
 )
 from sclated.sandbox import _isolation_probe
 from sclated.sandbox._control import ControlServer
+from sclated.sandbox._disk_watch import DiskVerdict, DiskWatchdog, SandboxDiskMeter, size_text
 
 __all__ = ["CHECKS", "IsolationResult", "judge_attempts", "run_isolation", "run_isolation_checks"]
 
@@ -61,6 +63,13 @@ NOBODY = "65534:65534"
 _PROBE_SOURCE = Path(_isolation_probe.__file__).read_text()
 _DISK_UNBOUNDED_WRITE = 32 * _MIB
 """What the disk check writes when nothing bounds the disk: enough to show it, no more."""
+WATCHDOG_DISK_LIMIT = 64 * _MIB
+WATCHDOG_INTERVAL_S = 1.0
+"""The disk check's watchdog: a run's (SandboxSession's), with a small limit and a short interval."""
+_WATCHDOG_OVERSHOOT = 64 * _MIB
+"""How far past the watchdog's limit the writer goes (then it holds what it wrote)."""
+_WATCHDOG_HOLD_S = 20.0
+"""How long the writer holds it: the watchdog must have stopped the sandbox by then."""
 _OUTSIDE = (("1.1.1.1", 443), ("8.8.8.8", 53), ("9.9.9.9", 443))
 _OUTSIDE_NAMES = ("pypi.org", "registry-1.docker.io")
 
@@ -163,10 +172,10 @@ CHECKS: tuple[_Check, ...] = (
     ),
     _Check(
         "disk",
-        "writing to the sandbox's disk stops at a size limit",
-        "nothing in sclate bounds it yet: the runtime honours Limits.disk_bytes (the engine's per-container "
-        "size, which needs its data root on xfs mounted with pquota) but runs do not set it; until then "
-        "watch the engine's disk (`docker system df`) and keep it on a file system of its own",
+        "writing past the sandbox's disk limit is stopped: by the engine's size limit, or the disk watchdog",
+        "every sandbox needs a disk limit: the engine's per-container size (Limits.disk_bytes, which needs its "
+        "data root on xfs mounted with pquota) or sclate's disk watchdog (a run's disk_limit_gb), which needs "
+        "the engine to report the writable layer's size (inspect with size: SizeRw)",
     ),
 )
 _BY_NAME = {c.name: c for c in CHECKS}
@@ -280,6 +289,56 @@ def judge_disk(
     return _result(
         name, False, observed, f"the limit of {disk_bytes // _MIB} MiB did not stop the writer ({where}{free})"
     )
+
+
+def judge_disk_watchdog(
+    lines: Sequence[Mapping[str, Any]],
+    verdict: DiskVerdict | None,
+    *,
+    limit_bytes: int,
+    stopped_after_s: float | None,
+    still_running: bool,
+    facts: EngineFacts,
+    free_bytes: int | None,
+) -> IsolationResult:
+    """A writer past ``limit_bytes``, with the engine bounding nothing: passed only when the disk
+    watchdog saw it (``verdict``), and the sandbox was stopped before the writer, done writing,
+    had held what it wrote for long (its own report, the last of ``lines``, says it had)."""
+    name = "disk"
+    engine = (
+        f"engine cannot enforce: {facts.storage_driver} on {facts.backing_filesystem or 'an unknown file system'}"
+        if facts.storage_driver == "overlay2" and facts.backing_filesystem != "xfs"
+        else f"engine limit not used: {facts.storage_driver} on {facts.backing_filesystem or 'unknown'}"
+    )
+    free = "" if free_bytes is None else f", {free_bytes / (1 << 30):.1f} GiB free in {facts.root_dir}"
+    written = max([int(x.get("progress", 0)) for x in lines] + [int(x.get("written", 0)) for x in lines] + [0])
+    report = next((x for x in reversed(lines) if "written" in x), None)
+    limit = size_text(limit_bytes)
+    if verdict is not None:
+        when = "" if stopped_after_s is None else f" after {stopped_after_s:.1f} s"
+        at = size_text(verdict.usage.total_bytes)
+        observed = f"stopped by the disk watchdog at {at} of a {limit} limit{when} ({engine})"
+    else:
+        observed = (
+            f"wrote {size_text(written)} past a {limit} limit"
+            + (f" and held it {report.get('held_s', 0):.0f} s" if report is not None else "")
+            + f"; the disk watchdog never stopped it ({engine})"
+        )
+    problems = []
+    if verdict is None:
+        problems.append(
+            f"the disk watchdog did not stop a sandbox that wrote {size_text(written)} past its {limit} limit: "
+            f"one can write until the engine's disk is full{free}"
+        )
+    elif verdict.usage.total_bytes <= limit_bytes:
+        problems.append(f"the watchdog stopped it at {size_text(verdict.usage.total_bytes)}, within its limit")
+    if still_running:
+        problems.append("the sandbox still runs")
+    if report is not None and verdict is not None:
+        problems.append(
+            f"the writer ran to its end (it held {report.get('held_s', 0):.0f} s) before the sandbox was stopped"
+        )
+    return _result(name, not problems, observed, "; ".join(problems) or f"the disk watchdog bounds it ({engine})")
 
 
 # ------------------------------------------------------------------------- the host's side
@@ -406,12 +465,18 @@ async def _open_run(
 
 
 def _json_line(result: ExecResult) -> dict[str, Any] | None:
-    for line in reversed(result.stdout.decode(errors="replace").splitlines()):
+    found = _json_lines(result)
+    return found[-1] if found else None
+
+
+def _json_lines(result: ExecResult) -> list[dict[str, Any]]:
+    found = []
+    for line in result.stdout.decode(errors="replace").splitlines():
         with contextlib.suppress(ValueError):
             item = json.loads(line)
             if isinstance(item, dict):
-                return item
-    return None
+                found.append(item)
+    return found
 
 
 async def _probe(
@@ -466,11 +531,59 @@ async def _memory_hog(sandbox: Sandbox, limits: Limits) -> IsolationResult:
     return judge_memory_hog(result, memory_limit=limits.memory_bytes, still_running=alive.ok)
 
 
-async def _disk(sandbox: Sandbox, limits: Limits, facts: EngineFacts) -> IsolationResult:
-    bound = _DISK_UNBOUNDED_WRITE if limits.disk_bytes is None else limits.disk_bytes + 64 * _MIB
-    result = await _probe(sandbox, {"exhaust": "disk_fill", "bytes": bound}, timeout_s=300)
+async def _disk(runtime: Runtime, sandbox: Sandbox, limits: Limits, facts: EngineFacts) -> IsolationResult:
+    """With a size the engine enforces (``limits.disk_bytes``): the writer must meet ENOSPC within
+    it. Without (a run's sandbox where the engine cannot): the disk watchdog a run's session
+    starts, with a small limit and a short interval, must stop the sandbox (the last check: A dies)."""
     free = await asyncio.to_thread(_free_bytes, facts.root_dir)
-    return judge_disk(_json_line(result), disk_bytes=limits.disk_bytes, facts=facts, free_bytes=free)
+    if limits.disk_bytes is not None:
+        bound = limits.disk_bytes + 64 * _MIB
+        result = await _probe(sandbox, {"exhaust": "disk_fill", "bytes": bound}, timeout_s=300)
+        return judge_disk(_json_line(result), disk_bytes=limits.disk_bytes, facts=facts, free_bytes=free)
+    stopped: list[float] = []
+
+    async def stop(verdict: DiskVerdict) -> None:
+        await runtime.stop(sandbox.id, grace_s=0)
+        stopped.append(time.monotonic())
+
+    watchdog = DiskWatchdog(
+        SandboxDiskMeter(runtime, sandbox.id),
+        limit_bytes=WATCHDOG_DISK_LIMIT,
+        interval_s=WATCHDOG_INTERVAL_S,
+        on_over=stop,
+        name=f"isolation sandbox {sandbox.run}",
+        option="the disk check's limit",
+        timeout_s=10,
+    )
+    started = time.monotonic()
+    watchdog.start()
+    try:
+        config = {
+            "exhaust": "disk_fill",
+            "bytes": WATCHDOG_DISK_LIMIT + _WATCHDOG_OVERSHOOT,
+            "hold_s": _WATCHDOG_HOLD_S,
+        }
+        lines: list[dict[str, Any]] = []
+        with contextlib.suppress(SclateError):  # the exec of a killed container may end either way
+            lines = _json_lines(await _probe(sandbox, config, timeout_s=300))
+        if watchdog.verdict is not None and watchdog.task is not None:
+            # The writer died as the kill began: let the stop finish before looking.
+            await asyncio.wait([watchdog.task], timeout=30)
+    finally:
+        await watchdog.close()
+    try:
+        running = (await runtime.inspect(sandbox.id)).state == "running"
+    except SclateError:
+        running = False
+    return judge_disk_watchdog(
+        lines,
+        watchdog.verdict,
+        limit_bytes=WATCHDOG_DISK_LIMIT,
+        stopped_after_s=stopped[0] - started if stopped else None,
+        still_running=running,
+        facts=facts,
+        free_bytes=free,
+    )
 
 
 async def run_isolation(runtime: Runtime, image: str, *, limits: Limits | None = None) -> list[IsolationResult]:
@@ -583,7 +696,7 @@ async def run_isolation(runtime: Runtime, image: str, *, limits: Limits | None =
         results.insert(list(_PROBE_OF).index("capabilities") + 1, judge_attempts("setuid", setuid))
         results.append(await _fork_bomb(runtime, a, limits))
         results.append(await _memory_hog(a, limits))
-        results.append(await _disk(a, limits, facts))
+        results.append(await _disk(runtime, a, limits, facts))
         return results
     finally:
         for opened in runs:

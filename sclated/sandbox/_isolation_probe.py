@@ -487,8 +487,10 @@ def memory_hog(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def disk_fill(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Write (and fsync) 4 MiB chunks to the writable layer up to ``bytes``; then remove the file."""
+    """Write (and fsync) 4 MiB chunks to the writable layer up to ``bytes``, printing progress;
+    hold what was written for ``hold_s`` (for a disk watchdog to see and stop); then remove it."""
     path, bound = cfg.get("path", "/var/tmp/.sclate-probe-fill"), int(cfg["bytes"])
+    hold_s = float(cfg.get("hold_s", 0))
     chunk, written, error = b"\0" * (4 * _MIB), 0, ""
     try:
         with open(path, "wb") as fh:
@@ -497,12 +499,14 @@ def disk_fill(cfg: dict[str, Any]) -> dict[str, Any]:
                 fh.flush()
                 os.fsync(fh.fileno())
                 written += len(chunk)
+                print(json.dumps({"progress": written}), flush=True)
+        time.sleep(hold_s)
     except OSError as exc:
         error = _err(exc)
     finally:
         if os.path.exists(path):
             os.unlink(path)
-    return {"written": written, "error": error}
+    return {"written": written, "error": error, "held_s": hold_s}
 
 
 PROBES = {

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import hashlib
 import json
@@ -50,17 +51,26 @@ from sclated.runtime import (
     LABEL_RUN,
     LABEL_TENANT,
     DockerRuntime,
+    ExecResult,
     Limits,
     ModelBridge,
     Runtime,
     Sandbox,
     SandboxManager,
+    SandboxSpec,
     SnapshotInfo,
     image_ref,
     snapshot,
     untar_dir,
 )
 from sclated.sandbox._control import ControlConnection, ControlServer, current_connection
+from sclated.sandbox._disk_watch import (
+    DEFAULT_DISK_CHECK_S,
+    DEFAULT_DISK_LIMIT_GB,
+    DiskVerdict,
+    DiskWatchdog,
+    SandboxDiskMeter,
+)
 from sclated.sandbox._process_probe import PROBE_SCRIPT, ProcessProbe, parse_probe
 from sclated.sandbox._proxy import (
     PROXY_LOG,
@@ -103,7 +113,21 @@ class SandboxOptions:
     """How long a model call's clock lease lasts without the call's end (the proxy died,
     the sandbox froze): then it expires, is released and reported."""
 
-    KEYS = frozenset({"probe", "model_grace_s", "call_lease_ttl_s"})
+    disk_limit_gb: float = DEFAULT_DISK_LIMIT_GB
+    """What the sandbox may write (its writable layer and its volumes), in GiB: the engine's
+    per-container size where it can set one, and the disk watchdog in any case for what the
+    engine does not bound; over it, the sandbox is stopped and the run fails naming it."""
+    disk_check_interval_s: float = DEFAULT_DISK_CHECK_S
+    """How often the disk watchdog measures (less often when a measurement is slow)."""
+
+    KEYS = frozenset({"probe", "model_grace_s", "call_lease_ttl_s", "disk_limit_gb", "disk_check_interval_s"})
+    MIN_DISK_GB = 1 / 64
+    """16 MiB, the least a sandbox can start with (Limits.disk_bytes' minimum)."""
+    MAX_DISK_GB = 65_536.0
+
+    @property
+    def disk_limit_bytes(self) -> int:
+        return int(self.disk_limit_gb * (1 << 30))
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SandboxOptions:
@@ -116,7 +140,31 @@ class SandboxOptions:
         ttl = options.get("call_lease_ttl_s", DEFAULT_CALL_TTL_NS / 1e9)
         if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 1 <= ttl <= 86_400:
             raise InvalidArgument("call_lease_ttl_s must be in [1, 86400]", field="run.agent.options.call_lease_ttl_s")
-        return cls(probe=probe, model_grace_s=float(grace), call_lease_ttl_s=float(ttl))
+        disk = options.get("disk_limit_gb", DEFAULT_DISK_LIMIT_GB)
+        if not _number_in(disk, cls.MIN_DISK_GB, cls.MAX_DISK_GB):
+            raise InvalidArgument(
+                f"disk_limit_gb must be a number of GiB in [{cls.MIN_DISK_GB}, {cls.MAX_DISK_GB:.0f}] "
+                f"(16 MiB to 64 TiB: what the sandbox may write), not {disk!r}",
+                field="run.agent.options.disk_limit_gb",
+            )
+        every = options.get("disk_check_interval_s", DEFAULT_DISK_CHECK_S)
+        if not _number_in(every, 0.5, 3600):
+            raise InvalidArgument(
+                f"disk_check_interval_s must be a number of seconds in [0.5, 3600], not {every!r}",
+                field="run.agent.options.disk_check_interval_s",
+            )
+        return cls(
+            probe=probe,
+            model_grace_s=float(grace),
+            call_lease_ttl_s=float(ttl),
+            disk_limit_gb=float(disk),
+            disk_check_interval_s=float(every),
+        )
+
+
+def _number_in(value: object, low: float, high: float) -> bool:
+    """A real number (not a bool) in [low, high]; NaN is not."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
 
 
 def short_sockets_dir(state_dir: Path) -> Path:
@@ -138,6 +186,9 @@ class SandboxServices:
     store: Store
     model: EmbeddedModel
     sockets_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "sclated-sockets")
+    disk_by_engine: bool | None = None
+    """Whether the engine bounds a container's writable layer (StorageOpt size): learnt from
+    the first sandbox that asks (None until then); where it cannot, the disk watchdog does."""
     _runtime: Runtime | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -301,6 +352,9 @@ class SandboxSession:
         self._control: ControlServer | None = None
         self._sink: CaptureSink | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._disk_watch: DiskWatchdog | None = None
+        self._layer_by_engine = False
+        """The engine bounds this sandbox's writable layer (so the watchdog measures volumes only)."""
         self._endpoint_label = ""
         self.endpoints: ProxyEndpoints = endpoints_for(config.run_id, self._secret, config.model_name)
         self.capture_report: dict[str, Any] = {}
@@ -374,7 +428,9 @@ class SandboxSession:
                 "SCLATE_RUN_MODEL": self.endpoints.model,
                 **upstream,
             },
-            limits=cfg.limits,
+            limits=cfg.limits
+            if cfg.limits.disk_bytes is not None
+            else dataclasses.replace(cfg.limits, disk_bytes=cfg.options.disk_limit_bytes),
             command=["sh", "-c", f"{mitmdump_command()} >{PROXY_LOG} 2>&1 & exec sleep infinity"],
         )
         existing = [
@@ -402,17 +458,76 @@ class SandboxSession:
                 if snapshot_dir is None:
                     raise InvalidArgument("a restore needs a snapshot directory", field="snapshot_dir")
                 info = await SnapshotInfo.load(snapshot_dir / "sandbox")
-                self._sandbox = await manager.restore(
-                    info, spec, self.control_dir, sim_ns=self._clock.now(), probe=cfg.options.probe
+                self._sandbox = await self._bounded(
+                    lambda s: manager.restore(
+                        info, s, self.control_dir, sim_ns=self._clock.now(), probe=cfg.options.probe
+                    ),
+                    spec,
                 )
             else:
-                self._sandbox = await manager.create(
-                    spec, self.control_dir, sim_ns=self._clock.now(), probe=cfg.options.probe
+                self._sandbox = await self._bounded(
+                    lambda s: manager.create(s, self.control_dir, sim_ns=self._clock.now(), probe=cfg.options.probe),
+                    spec,
                 )
         await self.publish_time(self._clock.now())
         self._clock.add_publisher(self.publish_time)
         await self._wait_for_proxy()
         self._watch = asyncio.get_running_loop().create_task(self._watch_model(), name=f"model-watch:{cfg.run_key}")
+        self._start_disk_watch(self._sandbox.spec)
+
+    async def _bounded(self, make: Callable[[SandboxSpec], Awaitable[Sandbox]], spec: SandboxSpec) -> Sandbox:
+        """``make(spec)`` with the engine bounding the writable layer where it can; where it
+        refuses (overlay2 on anything but xfs with pquota), without: the disk watchdog bounds
+        it then. A limit the run's config set itself (Limits.disk_bytes) is never dropped."""
+        services = self._services
+        if spec.limits.disk_bytes is not None and services.disk_by_engine is not False:
+            try:
+                sandbox = await make(spec)
+            except FailedPrecondition as exc:
+                if exc.reason != "DISK_LIMIT_UNSUPPORTED" or self.config.limits.disk_bytes is not None:
+                    raise
+                services.disk_by_engine = False
+                log.info("the engine cannot bound a sandbox's disk (%s): the disk watchdog does", exc.message)
+            else:
+                services.disk_by_engine = True
+                self._layer_by_engine = True
+                return sandbox
+        return await make(dataclasses.replace(spec, limits=dataclasses.replace(spec.limits, disk_bytes=None)))
+
+    def _start_disk_watch(self, spec: SandboxSpec) -> None:
+        """Watch what the sandbox writes where the engine does not bound it: its writable
+        layer (unless the engine does) and its writable volumes."""
+        runtime, opts = self._runtime, self.config.options
+        assert runtime is not None and self._sandbox is not None
+        volumes = tuple(v.target for v in spec.volumes if not v.read_only)
+        if self._layer_by_engine and not volumes:
+            return
+        sandbox_id = self._sandbox.id
+
+        async def run(argv: Sequence[str], timeout_s: float) -> ExecResult:
+            async with self._gate.running():  # never into a sandbox frozen for a snapshot
+                return await runtime.exec(sandbox_id, list(argv), timeout_s=timeout_s)
+
+        meter = SandboxDiskMeter(runtime, sandbox_id, volumes=volumes, measure_layer=not self._layer_by_engine, run=run)
+        self._disk_watch = DiskWatchdog(
+            meter,
+            limit_bytes=opts.disk_limit_bytes,
+            interval_s=opts.disk_check_interval_s,
+            on_over=self._disk_over,
+            name=f"run {self.config.run_key}",
+        )
+        self._disk_watch.start()
+
+    async def _disk_over(self, verdict: DiskVerdict) -> None:
+        """The sandbox wrote past its disk limit: the run fails naming it, and every process
+        in the sandbox is killed (the container stays, stopped, until close removes it)."""
+        self._fail_run(verdict.reason)
+        sandbox, runtime = self._sandbox, self._runtime
+        if sandbox is not None and runtime is not None:
+            try:
+                await runtime.stop(sandbox.id, grace_s=0)
+            except SclateError as exc:
+                log.error("run %s: stopping the sandbox over its disk limit failed: %s", self.config.run_key, exc)
 
     async def _start_bridge(self, socket_path: Path) -> None:
         cfg, model = self.config, self._services.model
@@ -558,10 +673,23 @@ class SandboxSession:
         return channel
 
     # -- when something in the sandbox died ---------------------------------------------------
+    @property
+    def disk_verdict(self) -> DiskVerdict | None:
+        """Set once the disk watchdog stopped the sandbox over its limit."""
+        return self._disk_watch.verdict if self._disk_watch is not None else None
+
+    @property
+    def disk_watch(self) -> DiskWatchdog | None:
+        """The sandbox's disk watchdog; None where the engine bounds all it can write."""
+        return self._disk_watch
+
     async def explain(self) -> str | None:
         """Why the sandbox stopped answering, when that is what happened: its container is
-        not running, or a process a channel was opened to (the harness) exited. None when
-        neither (the failure was something else)."""
+        not running (first: the disk watchdog stopped it over its limit), or a process a channel
+        was opened to (the harness) exited. None when neither (the failure was something else)."""
+        verdict = self.disk_verdict
+        if verdict is not None:
+            return verdict.reason
         sandbox, runtime = self._sandbox, self._runtime
         if sandbox is None or runtime is None:
             return None
@@ -620,6 +748,8 @@ class SandboxSession:
         lease = self._leases.acquire("capture-proxy:check", f"{self.config.run_id}/proxy", ttl_ns=120 * 10**9)
         try:
             why = await self.explain()
+            if self.disk_verdict is not None:
+                return  # the run failed with the watchdog's reason already
             if why is not None and "container" in why:
                 self._fail_run(why)
                 return
@@ -735,6 +865,8 @@ class SandboxSession:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
+        if self._disk_watch is not None:
+            await self._disk_watch.close()  # its verdict, if any, stays for explain()
         if not keep:
             self._check_model_was_reached()
             if self._sandbox is not None and self._control is not None and self._sink is not None:

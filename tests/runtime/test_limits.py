@@ -1,6 +1,6 @@
 """Resource limits are enforced: a memory hog is OOM-killed and a fork bomb hits the
 pids limit, inside the sandbox, while the host keeps working; a disk limit is enforced
-or refused, never ignored."""
+or refused, never ignored; what a sandbox wrote can be measured (what the disk watchdog reads)."""
 
 from __future__ import annotations
 
@@ -80,3 +80,15 @@ async def test_a_disk_limit_is_enforced_or_refused_clearly(runtime: DockerRuntim
     r = await runtime.exec(info.id, ["sh", "-c", fill], timeout_s=60)
     assert "No space left" in r.text or "quota" in r.text.lower(), r.text
     assert "exit=0" not in r.text
+
+
+async def test_the_writable_layer_is_measured(runtime: DockerRuntime, sandbox_image: str) -> None:
+    """What sclated.sandbox's disk watchdog reads where the engine cannot bound the disk."""
+    cid = await _started(runtime, sandbox_image, "layer", Limits())
+    before = await runtime.writable_layer_bytes(cid)
+    r = await runtime.exec(cid, ["sh", "-c", "dd if=/dev/zero of=/var/tmp/w bs=1M count=8 2>&1"], timeout_s=60)
+    assert r.ok, r.text
+    after = await runtime.writable_layer_bytes(cid)
+    assert after - before >= 8 << 20
+    await runtime.exec(cid, ["rm", "/var/tmp/w"], timeout_s=30)
+    assert await runtime.writable_layer_bytes(cid) < after  # a measure of now, not a high-water mark

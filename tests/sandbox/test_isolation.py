@@ -1,6 +1,7 @@
 """The sandbox escape checks can fail: each judge on bad observations, the in-sandbox probes run
 with no sandbox at all, and the whole suite against a deliberately leaky runtime (a test double)
-that must be caught on every weakness it has; the real runtime passes all but an unbounded disk."""
+that must be caught on every weakness it has (a disk watchdog that sees nothing included); the
+real runtime passes every check (its disk bounded by the engine or by the disk watchdog)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,22 @@ from typing import Any
 import pytest
 
 from sclated.runtime import DockerRuntime, EngineFacts, ExecResult, Limits, SandboxSpec, build_all, image_ref
-from sclated.sandbox import CHECKS, IsolationResult, _isolation_probe, judge_attempts, run_isolation
-from sclated.sandbox._isolation import judge_disk, judge_fork_bomb, judge_memory_hog
+from sclated.sandbox import (
+    CHECKS,
+    DiskUsage,
+    DiskVerdict,
+    IsolationResult,
+    _isolation_probe,
+    judge_attempts,
+    run_isolation,
+)
+from sclated.sandbox._isolation import (
+    WATCHDOG_DISK_LIMIT,
+    judge_disk,
+    judge_disk_watchdog,
+    judge_fork_bomb,
+    judge_memory_hog,
+)
 
 MIB = 1 << 20
 FACTS = EngineFacts(storage_driver="overlay2", backing_filesystem="extfs", root_dir="/var/lib/docker", gateways=())
@@ -90,6 +105,42 @@ def test_disk_with_a_limit_passes_only_if_the_writer_was_stopped_within_it() -> 
     assert stopped.passed
     ignored = judge_disk({"written": 128 * MIB, "error": ""}, disk_bytes=64 * MIB, facts=FACTS, free_bytes=None)
     assert not ignored.passed and "did not stop the writer" in ignored.detail
+
+
+def _progress(*mib: int) -> list[dict[str, Any]]:
+    return [{"progress": n * MIB} for n in mib]
+
+
+def test_disk_past_a_watchdog_limit_passes_only_if_the_watchdog_stopped_the_sandbox() -> None:
+    verdict = DiskVerdict(DiskUsage(70 * MIB, 0), 64 * MIB, "disk_limit_gb")
+    stopped = judge_disk_watchdog(
+        _progress(4, 8, 68), verdict, limit_bytes=64 * MIB, stopped_after_s=1.4, still_running=False,
+        facts=FACTS, free_bytes=None,
+    )  # fmt: skip
+    assert stopped.passed, stopped
+    assert stopped.observed == (
+        "stopped by the disk watchdog at 70 MiB of a 64 MiB limit after 1.4 s "
+        "(engine cannot enforce: overlay2 on extfs)"
+    )
+    # No watchdog (or a blind one): the writer held 128 MiB for its whole hold, nothing stopped it.
+    held = [*_progress(64, 128), {"written": 128 * MIB, "error": "", "held_s": 20.0}]
+    unwatched = judge_disk_watchdog(
+        held, None, limit_bytes=64 * MIB, stopped_after_s=None, still_running=True, facts=FACTS, free_bytes=40 << 30
+    )
+    assert not unwatched.passed and unwatched.fix
+    assert "did not stop a sandbox that wrote 128 MiB past its 64 MiB limit" in unwatched.detail
+    assert "40.0 GiB free in /var/lib/docker" in unwatched.detail and "the sandbox still runs" in unwatched.detail
+    assert unwatched.observed.startswith("wrote 128 MiB past a 64 MiB limit and held it 20 s")
+    # Seen but too late (the writer was done) or not stopped: not contained either.
+    late = judge_disk_watchdog(
+        held, verdict, limit_bytes=64 * MIB, stopped_after_s=25, still_running=False, facts=FACTS, free_bytes=None
+    )
+    assert not late.passed and "the writer ran to its end" in late.detail
+    alive = judge_disk_watchdog(
+        _progress(68), verdict, limit_bytes=64 * MIB, stopped_after_s=1, still_running=True, facts=FACTS,
+        free_bytes=None,
+    )  # fmt: skip
+    assert not alive.passed and alive.detail == "the sandbox still runs"
 
 
 # ------------------------------------------------------- the probes with no sandbox at all
@@ -167,8 +218,12 @@ class LeakyDockerRuntime(DockerRuntime):
     ``Privileged`` itself fails): the capabilities that matter, no seccomp, no
     no-new-privileges, /proc unmasked and writable, block devices allowed, no memory
     or pids limit, on the default bridge network, with the engine's socket and the
-    directory of every run's control directory mounted.
+    directory of every run's control directory mounted; and its writable layers look
+    empty, so a disk watchdog measuring them sees nothing.
     """
+
+    async def writable_layer_bytes(self, container_id: str) -> int:
+        return 0
 
     def host_config(self, spec: SandboxSpec, network: str) -> dict[str, Any]:
         config = super().host_config(spec, "bridge")
@@ -253,17 +308,17 @@ async def test_a_leaky_sandbox_is_caught_on_every_weakness(leaky: DockerRuntime,
     assert "/var/run/docker.sock -> connected" in results["docker socket"].detail
     assert "euid 0" in results["setuid"].detail
     assert "through the mount at /run/all-runs" in results["other control directory"].detail
+    assert "the disk watchdog did not stop a sandbox that wrote 128 MiB past its 64 MiB limit" in results["disk"].detail
 
 
 @pytest.mark.docker
-async def test_the_hardened_sandbox_passes_every_check_but_an_unbounded_disk(
-    hardened: DockerRuntime, sandbox_image: str
-) -> None:
+async def test_the_hardened_sandbox_passes_every_check(hardened: DockerRuntime, sandbox_image: str) -> None:
     results = _by_name(await run_isolation(hardened, sandbox_image, limits=SMALL))
     failed = {name: r for name, r in results.items() if not r.passed}
-    # A disk limit needs an engine that can set one (overlay2 on xfs with pquota); SMALL sets none.
-    assert set(failed) == {"disk"}, failed
-    assert failed["disk"].detail.startswith("unbounded")
+    assert failed == {}, failed
+    # SMALL sets no engine size (this engine could not: overlay2 on ext4): the disk watchdog stops it.
+    assert results["disk"].observed.startswith("stopped by the disk watchdog at ")
+    assert f"of a {WATCHDOG_DISK_LIMIT >> 20} MiB limit after" in results["disk"].observed
     assert "stopped by EAGAIN" in results["fork bomb"].observed
     assert "exit 137" in results["memory hog"].observed
     containers = await hardened.list_containers({"sclate.daemon": hardened.daemon_id})

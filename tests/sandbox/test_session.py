@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shlex
 import socket
 import tempfile
@@ -64,6 +65,7 @@ def _session(
     run_id: str,
     grace_s: float = 120.0,
     model_url: str = "",
+    options: SandboxOptions | None = None,
 ) -> SandboxSession:
     async def wait(until_ns: int) -> int:
         return until_ns
@@ -76,7 +78,7 @@ def _session(
         model_base_url=model_url or _dead_url(),
         model_name="",
         limits=Limits(memory_bytes=512 * 1024**2, nano_cpus=1_000_000_000, pids=256),
-        options=SandboxOptions(probe=False, model_grace_s=grace_s),
+        options=options or SandboxOptions(probe=False, model_grace_s=grace_s),
     )
     return SandboxSession(services, config, clock=clock, leases=clock.leases, on_wait=wait, fail_run=failures.append)
 
@@ -115,13 +117,54 @@ async def test_a_hybrid_clock_flows_inside_from_the_run_s_time(services: Sandbox
     failures: list[str] = []
     session = _session(services, clock, failures, run_id="hybrid")
     await session.open(SessionStart.FRESH, env=lambda endpoints: {})
+    # Where the engine cannot bound the writable layer (overlay2 on ext4), the watchdog does.
+    watch = session.disk_watch
+    assert (watch is None) == (services.disk_by_engine is True)
     try:
         inside = await _date(session)
         assert START / NS <= inside <= clock.now() / NS  # never ahead of the run, never behind its start
         await asyncio.sleep(1.0)
         assert await _date(session) > inside + 0.9
+        assert watch is None or (watch.task is not None and not watch.task.done())
     finally:
         await session.close()
+    if watch is not None:  # closing the session cancelled it: nothing runs on
+        assert watch.task is None and watch.verdict is None and failures == []
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("disk-watch:")]
+
+
+async def test_a_sandbox_that_writes_past_its_disk_limit_is_stopped_and_the_run_fails_naming_it(
+    services: SandboxServices,
+) -> None:
+    clock = SimClock(ClockConfig(ClockMode.HYBRID, start_ns=START))
+    failures: list[str] = []
+    options = SandboxOptions(probe=False, disk_limit_gb=32 / 1024, disk_check_interval_s=0.5)
+    session = _session(services, clock, failures, run_id="diskfill", options=options)
+    await session.open(SessionStart.FRESH, env=lambda endpoints: {})
+    fill = "dd if=/dev/zero of=/workspace/fill bs=1M count=64 conv=fsync 2>&1; echo dd-exit=$?; sleep 60"
+    try:
+        out = await session.exec(["sh", "-c", fill], timeout_s=90)
+        if services.disk_by_engine:  # an engine that bounds the layer itself: the writer meets ENOSPC
+            assert session.disk_watch is None and "No space left" in out.output, out.output
+            return
+        # The exec ended long before its sleep: the container was killed under it.
+        (reason,) = failures
+        match = re.fullmatch(
+            r"the sandbox wrote (\d+) MiB \(writable layer (\d+) MiB, volumes 0 B\), over its disk limit of "
+            r"32 MiB \(disk_limit_gb\); the disk watchdog stopped it",
+            reason,
+        )
+        assert match is not None, reason
+        assert 32 < int(match[1]) <= 64 and match[1] == match[2]
+        assert await session.explain() == reason  # what a harness failing now is told first
+        watch = session.disk_watch
+        assert watch is not None and watch.task is not None
+        await asyncio.wait([watch.task], timeout=30)  # the run failed first, then the kill ended
+        sandbox = session._require()
+        assert (await sandbox.runtime.inspect(sandbox.id)).state == "exited"
+    finally:
+        await session.close()
+    assert await _containers("diskfill") == []
 
 
 async def test_a_sped_up_realtime_clock_is_refused_before_anything_starts(services: SandboxServices) -> None:
