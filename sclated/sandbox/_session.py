@@ -737,6 +737,9 @@ class SandboxSession:
             )
         if self._closing or not conn.kinds & {"call_start", "call_end", "record"}:
             return
+        if self._sandbox is None:
+            # The socket without a container (before it starts, or `bench fuzz`'s): no proxy to check.
+            return
         task = asyncio.get_running_loop().create_task(self._check_proxy(), name=f"proxy-check:{self.config.run_key}")
         self._proxy_checks.add(task)
         task.add_done_callback(self._proxy_checks.discard)

@@ -65,7 +65,7 @@ async def test_a_refused_request_that_changed_its_run_or_the_other_is_counted(
     r, targets = rig
     alice, bob = targets
 
-    async def leaky_start(self: CaptureSink, run: str, msg: dict[str, Any]) -> dict[str, Any]:
+    async def leaky_start(self: CaptureSink, run: str, msg: dict[str, Any], owner: object = None) -> dict[str, Any]:
         """A sink that takes the lease, then refuses."""
         self._leases.acquire(f"model-call:{msg.get('call_id')}", f"{run}/agent")
         raise InvalidArgument("refused after all")
