@@ -26,6 +26,7 @@ from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 from sclated.bench._cli import end_group
 from sclated.bench._daemon import start_daemon_process
 from sclated.bench._faults_check import StreamEvent
+from sclated.bench._procs import children
 
 __all__ = ["ENDED", "FaultDaemon", "RunWatch", "leftovers", "stored_calls", "stream_event"]
 
@@ -46,20 +47,6 @@ def stream_event(ev: pb.RunEvent) -> StreamEvent:
     if kind == "turn":
         return StreamEvent(ev.seq, kind, ev.SerializeToString(), phase=ev.turn.phase)
     return StreamEvent(ev.seq, kind, ev.SerializeToString())
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            out.append(int(entry))
-    return out
 
 
 def _cmdline(pid: int) -> str:
@@ -134,7 +121,7 @@ class FaultDaemon:
         """The embedded model server serving now (a child of the daemon process), if any."""
         if self.proc is None or self.proc.returncode is not None:
             return None
-        for child in _children(self.proc.pid):
+        for child in children(self.proc.pid):
             if "sclated.model" in _cmdline(child):  # `python -m sclated.model` (see EmbeddedModel)
                 return child
         return None

@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sclated.bench._procs import descendants
+
 __all__ = [
     "ProcSample",
     "RunOutcome",
@@ -97,26 +99,6 @@ class ProcSample:
     """Live processes descended from it (the embedded model server, helpers)."""
 
 
-def _descendants(pid: int) -> int:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
-            parents[int(entry)] = int(fields[1])
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {p for p, ppid in parents.items() if ppid in frontier and p not in found}
-        found |= frontier
-    return len(found)
-
-
 def proc_sample(pid: int) -> ProcSample:
     """RSS, file descriptors, threads and descendants of ``pid``, from /proc."""
     status: dict[str, str] = {}
@@ -127,7 +109,7 @@ def proc_sample(pid: int) -> ProcSample:
         rss_mb=round(int(status["VmRSS"].split()[0]) / 1024, 1),
         fds=len(os.listdir(f"/proc/{pid}/fd")),
         threads=int(status["Threads"]),
-        children=_descendants(pid),
+        children=descendants(pid),
     )
 
 
