@@ -42,7 +42,7 @@ $(VENV)/.stamp: pyproject.toml clients/python/pyproject.toml constraints.txt $(L
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) "llama-cpp-python==$(LLAMA_VERSION)"
-	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) -c constraints.txt -e ./clients/python -e ".[dev,model]"
+	@$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) -c constraints.txt -e ./clients/python -e ".[dev,model,ray]"
 	@touch $@
 
 # Gaia2's engine (ARE) pins numpy, pandas and pydantic exactly: it gets its own

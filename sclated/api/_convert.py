@@ -251,6 +251,7 @@ def run_to_proto(view: RunView) -> pb.Run:
         group=spec.group,
         group_index=spec.group_index,
         history_expired=view.history_expired,
+        node=view.node,
     )
     if a.model.sampling_seed is not None:
         run.agent.model.sampling_seed = a.model.sampling_seed

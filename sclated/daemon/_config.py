@@ -21,9 +21,19 @@ from typing import Any
 from sclated.errors import ConfigError, InvalidArgument
 from sclated.runs import parse_duration, validate_tenant
 
-__all__ = ["DaemonConfig", "build_parser", "check_data_roots", "check_startup", "load_config", "tcp_listen_problem"]
+__all__ = [
+    "DaemonConfig",
+    "build_parser",
+    "check_data_roots",
+    "check_executor",
+    "check_startup",
+    "load_config",
+    "tcp_listen_problem",
+]
 
 DEFAULT_PORT = 7431
+EXECUTORS = ("local", "ray")
+RAY_PLACEMENTS = ("spread", "pack")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,17 @@ class DaemonConfig:
     """How long after a run ended (SUCCEEDED, FAILED, CANCELLED; wall time) its history
     (events, journal, captured calls) is expired: ``7d``, ``12h``, ``1d12h``; empty or
     ``off`` keeps it forever. Its state, results and snapshots stay."""
+    executor: str = "local"
+    """Where admitted runs' workers execute: ``local`` (this process) or ``ray`` (actors
+    on the Ray cluster at ``ray_address``; needs ``pip install sclate[ray]``)."""
+    ray_address: str = ""
+    """The Ray cluster for ``executor = "ray"``: its head's HOST:PORT, or ``auto``."""
+    ray_placement: str = "spread"
+    """How runs go over the cluster's nodes: ``spread`` (as many nodes as possible) or
+    ``pack`` (fill a node first)."""
+    cluster_snapshot_dir: Path | None = None
+    """A directory every cluster node reads and writes, where snapshots of runs that
+    may move between nodes live (executor ``ray``)."""
 
     @property
     def retention_s(self) -> float:
@@ -110,6 +131,28 @@ class DaemonConfig:
             parse_duration(self.retention)
         except InvalidArgument as exc:
             raise ConfigError(exc.message, field="retention") from None
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"executor {self.executor!r} is not one of {', '.join(EXECUTORS)}", field="executor")
+        if self.executor == "ray" and not self.ray_address:
+            raise ConfigError(
+                "executor is 'ray' but ray_address is empty: name the cluster's head (HOST:PORT) or 'auto'",
+                field="ray_address",
+            )
+        if self.ray_address and self.executor != "ray":
+            raise ConfigError(
+                f"ray_address is set but executor is {self.executor!r}: set executor = 'ray' to use the cluster",
+                field="ray_address",
+            )
+        if self.ray_placement not in RAY_PLACEMENTS:
+            raise ConfigError(
+                f"ray_placement {self.ray_placement!r} is not one of {', '.join(RAY_PLACEMENTS)}",
+                field="ray_placement",
+            )
+        if self.cluster_snapshot_dir is not None and not self.cluster_snapshot_dir.is_absolute():
+            raise ConfigError(
+                f"cluster_snapshot_dir {str(self.cluster_snapshot_dir)!r} is not an absolute path",
+                field="cluster_snapshot_dir",
+            )
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"log_level {self.log_level!r} is not debug/info/warning/error", field="log_level")
         for root in self.data_roots:
@@ -152,10 +195,13 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "reports": (bool,),
     "model_n_ctx": (int,),
     "retention": (str,),
+    "executor": (str,),
+    "ray_address": (str,),
+    "ray_placement": (str,),
 }
 _PATH_LISTS = {"data_roots"}
 _TENANT_PATHS = {"tenant_data_roots"}
-_PATHS = {"state_dir", "tokens_file", "tls_cert", "tls_key", "ready_file"}
+_PATHS = {"state_dir", "tokens_file", "tls_cert", "tls_key", "ready_file", "cluster_snapshot_dir"}
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
 
@@ -191,6 +237,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="expire a finished run's history (events, journal, captured calls) this long after it ended: "
         "7d, 12h, 1d12h (default off: kept forever); its state and results stay",
+    )
+    p.add_argument(
+        "--executor",
+        help="where runs' workers execute: local (this process, the default) or ray (a Ray cluster)",
+    )
+    p.add_argument("--ray-address", help="the Ray cluster for --executor ray: its head's HOST:PORT, or auto")
+    p.add_argument("--ray-placement", help="spread (the default) or pack runs over the cluster's nodes")
+    p.add_argument(
+        "--cluster-snapshot-dir",
+        type=Path,
+        help="a directory every cluster node shares, for snapshots of runs that may move (--executor ray)",
     )
     p.add_argument(
         "--data-root",
@@ -356,6 +413,28 @@ def check_startup(config: DaemonConfig) -> None:
     if config.ready_file is not None:
         _check_can_write_in(config.ready_file.parent, config.ready_file, "ready file", "ready_file")
     check_data_roots(config)
+    check_executor(config)
+
+
+def check_executor(config: DaemonConfig) -> None:
+    """executor = "ray" needs Ray installed (the optional extra) and the shared snapshot
+    directory to be one; found before anything starts."""
+    if config.executor != "ray":
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "executor is 'ray' but Ray is not installed in this environment: pip install 'sclated[ray]' "
+            "(the daemon's ray extra; from a checkout: pip install -e '.[ray]')",
+            field="executor",
+        )
+    snapshots = config.cluster_snapshot_dir
+    if snapshots is not None and not snapshots.is_dir():
+        raise ConfigError(
+            f"cluster_snapshot_dir {str(snapshots)!r} is not a directory (it must be shared by every node)",
+            field="cluster_snapshot_dir",
+        )
 
 
 def check_data_roots(config: DaemonConfig) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import inspect
 import json
 import logging
@@ -39,16 +40,18 @@ from sclate_api.v1 import sclate_pb2, sclate_pb2_grpc
 
 from adapters import Judge, JudgeReply
 from sclated.api import SclateInterceptor, SclateServicer, TokenTable
-from sclated.daemon._config import DaemonConfig
+from sclated.daemon._config import DaemonConfig, check_executor
 from sclated.daemon._gc import GarbageCollector, tune_for_daemon
 from sclated.daemon._listeners import GrpcServer, Listener, TcpListener, UnixSocketListener, listeners_for
 from sclated.daemon._sdnotify import notify, watchdog_interval_s, watchdog_loop
-from sclated.errors import ConfigError, SclateError
+from sclated.errors import ConfigError, InvalidArgument, SclateError
 from sclated.model import EmbeddedModel
 from sclated.runs import (
     JUDGE_MAX_TOKENS,
     DataRoots,
+    Executor,
     JudgeConfig,
+    LocalExecutor,
     ManagerConfig,
     Registry,
     RunManager,
@@ -183,6 +186,27 @@ class ReadyFile:
             self._written = False
 
 
+def executor_for(config: DaemonConfig, registry: Registry) -> Executor:
+    """The configured executor. Ray's is imported only when configured: the local
+    path never loads Ray."""
+    if config.executor != "ray":
+        return LocalExecutor(registry)
+    check_executor(config)
+    from sclated.cluster import ClusterConfig, RayExecutor
+
+    scope = hashlib.sha256(str(config.state_dir.resolve()).encode()).hexdigest()[:12]
+    try:
+        cluster = ClusterConfig(
+            address=config.ray_address,
+            scope=scope,
+            placement=config.ray_placement,
+            snapshot_dir=config.cluster_snapshot_dir,
+        )
+    except InvalidArgument as exc:
+        raise ConfigError(exc.message, field=exc.field or "executor") from None
+    return RayExecutor(cluster, registry)
+
+
 class Daemon:
     """One sclated process's worth of parts. ``start()`` once, ``stop()`` once
     (or after a failed start: it has nothing left to do). Start a new
@@ -216,6 +240,7 @@ class Daemon:
             ),
             runs_dir=config.state_dir / "runs",
             data_roots=self.data_roots,
+            executor=executor_for(config, registry),
         )
         self.manager.judge_factory = self._judge_for
         self.manager.on_delete = self._forget_run

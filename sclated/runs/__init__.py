@@ -2,6 +2,7 @@
 many runs managed durably in one daemon."""
 
 from sclated.runs._data_roots import DataRoots
+from sclated.runs._executor import AdmittedRun, Execution, Executor, LocalExecutor, RecordSink
 from sclated.runs._judge import JUDGE_MAX_TOKENS, JudgeConfig, ask_judge
 from sclated.runs._loop import EffectExecutor, RunLoop, RunObserver, RunSummary, Turn
 from sclated.runs._manager import (
@@ -31,16 +32,21 @@ __all__ = [
     "ACTIVE_STATES",
     "JUDGE_MAX_TOKENS",
     "TERMINAL_STATES",
+    "AdmittedRun",
     "AgentEntry",
     "AgentRef",
     "BenchmarkRef",
     "ClockRef",
     "DataRoots",
     "EffectExecutor",
+    "Execution",
+    "Executor",
     "HistoryExpiry",
     "JudgeConfig",
+    "LocalExecutor",
     "ManagerConfig",
     "ModelRef",
+    "RecordSink",
     "Registry",
     "Resources",
     "RestorePlan",

@@ -43,6 +43,7 @@ from sclated.errors import (
 )
 from sclated.report import write_report
 from sclated.runs._data_roots import DataRoots
+from sclated.runs._executor import AdmittedRun, Execution, Executor, LocalExecutor
 from sclated.runs._health import (
     capture_totals,
     memory_token_share,
@@ -123,6 +124,8 @@ class RunView:
     history_expire_ns: int | None = None
     """When retention expired the run's history, or will (None: kept)."""
     history_expired: bool = False
+    node: str = ""
+    """The cluster node its worker runs or last ran on (empty: the daemon's own process)."""
 
     @property
     def name(self) -> str:
@@ -144,6 +147,10 @@ class _Live:
     """Its worker has returned: the run is being summarized and its end written, which a
     cancellation must not cut short (the end would be written with nobody to finish it)."""
     worker: RunWorker | None = None
+    execution: Execution | None = None
+    next_journal_seq: int = 0
+    """The journal sequence number the run's next entry takes (records from a remote
+    worker below it were stored before: a redelivery)."""
 
     @property
     def key(self) -> str:
@@ -186,6 +193,7 @@ def _view(row: RunRow, retention: Retention) -> RunView:
         parent=row.parent,
         history_expire_ns=retention.expires_ns(row, TERMINAL_STATES),
         history_expired=row.history_expired_ns is not None,
+        node=row.node,
     )
 
 
@@ -279,7 +287,7 @@ class _NameLocks:
 
 
 class _Sink:
-    """A RunSink bound to one live run."""
+    """A RunSink (and RecordSink, for a remote worker) bound to one live run."""
 
     def __init__(self, manager: RunManager, live: _Live) -> None:
         self._m = manager
@@ -289,12 +297,54 @@ class _Sink:
         self._m._emit(self._live, kind, payload, sim_ns)
 
     def journal(self, entry: dict[str, Any]) -> None:
-        self._m._batch.journal.append(JournalRow(self._live.key, entry["seq"], entry))
+        seq = int(entry["seq"])
+        self._live.next_journal_seq = max(self._live.next_journal_seq, seq + 1)
+        self._m._batch.journal.append(JournalRow(self._live.key, seq, entry))
         self._m._kick()
 
     def progress(self, sim_ns: int) -> None:
         self._live.row.sim_ns = sim_ns
         self._m._batch.update_run(self._live.key, sim_ns=sim_ns)
+
+    # -- RecordSink: a remote worker's records -----------------------------------------
+    def running(self, reason: str) -> None:
+        live = self._live
+        self._m._set_state(live, "RUNNING", reason, start_ns=live.row.start_ns or time.time_ns())
+
+    def next_event_seq(self) -> int:
+        return self._live.next_seq
+
+    def put_event(self, seq: int, kind: str, payload: dict[str, Any], sim_ns: int, wall_ns: int) -> bool:
+        live = self._live
+        if seq < live.next_seq:
+            return False
+        if seq > live.next_seq:
+            raise FailedPrecondition(
+                f"run {live.key}: its worker sent event {seq} while event {live.next_seq} is the next one",
+                reason="RECORD_GAP",
+            )
+        self._m._emit(live, kind, payload, sim_ns, wall_ns=wall_ns)
+        return True
+
+    def put_journal(self, entry: dict[str, Any]) -> bool:
+        if int(entry["seq"]) < self._live.next_journal_seq:
+            return False
+        self.journal(entry)
+        return True
+
+    def placed(self, node: str) -> None:
+        self._live.row.node = node
+        self._m._batch.update_run(self._live.key, node=node)
+        self._m._kick()
+
+    async def commit(self) -> None:
+        await self._m.flush()
+
+    async def durable_journal(self) -> list[dict[str, Any]]:
+        await self._m.flush()
+        journal = [dict(e) for e in await self._m.store.journal(self._live.key)]
+        self._live.next_journal_seq = max((int(e["seq"]) + 1 for e in journal), default=0)
+        return journal
 
 
 class RunManager:
@@ -306,8 +356,11 @@ class RunManager:
         *,
         runs_dir: Path | None = None,
         data_roots: DataRoots | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.store = store
+        self.executor: Executor = executor or LocalExecutor(registry)
+        """Where admitted runs' workers execute (the daemon itself unless configured)."""
         self.runs_dir = runs_dir
         self.registry = registry
         self.data_roots = data_roots or DataRoots.build(builtin=registry.builtin_data())
@@ -344,6 +397,7 @@ class RunManager:
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
+        await self.executor.start()
         self._seq = await self.store.max_run_seq()
         self._requests = await self.store.request_index()
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop(), name="sclated-flusher")
@@ -384,6 +438,7 @@ class RunManager:
                     lv.task.cancel()
             if still:
                 await asyncio.wait(still)
+        await self.executor.close()
         try:
             await asyncio.wait_for(self.flush(), _SHUTDOWN_FLUSH_S)
         except TimeoutError:
@@ -495,10 +550,10 @@ class RunManager:
             reason="DISK_FULL",
         )
 
-    def _emit(self, live: _Live, kind: str, payload: dict[str, Any], sim_ns: int) -> None:
+    def _emit(self, live: _Live, kind: str, payload: dict[str, Any], sim_ns: int, *, wall_ns: int = 0) -> None:
         seq = live.next_seq
         live.next_seq += 1
-        row = EventRow(live.key, seq, kind, sim_ns, time.time_ns(), payload)
+        row = EventRow(live.key, seq, kind, sim_ns, wall_ns or time.time_ns(), payload)
         live.uncommitted.append(row)
         live.row.last_event_seq = seq
         self._batch.events.append(row)
@@ -1089,35 +1144,43 @@ class RunManager:
             restore = await self.store.restore_marker(live.key)
             if restore is not None:
                 live.resume = True
-            journal = await self.store.journal(live.key) if live.resume else None
+            journal = [dict(e) for e in await self.store.journal(live.key)] if live.resume else None
+            live.next_journal_seq = max((int(e["seq"]) + 1 for e in journal or ()), default=0)
             spec = RunSpec.from_dict(live.row.spec)
             # Resumed after a restart, restored or admitted: the roots are checked again (they
             # may have been narrowed since the run was created); a refusal fails the run.
             await asyncio.to_thread(self._confine, live.row.tenant, spec)
             judge = self.judge_factory(spec) if self.judge_factory is not None else None
             run_dir = self.runs_dir / live.key if self.runs_dir is not None else None
-            # Loading a scenario reads its upstream files: off the event loop.
-            worker = await asyncio.to_thread(
-                RunWorker,
-                live.key,
-                spec,
-                self.registry,
-                _Sink(self, live),
-                journal=journal,
-                judge=judge,
-                run_dir=run_dir,
-            )
-            live.worker = worker
-            worker.on_save_snapshot = functools.partial(self.snapshots.on_effect, live.key, live.row.tenant, worker)
-            if restore is not None:
-                worker.restore_from = Path(restore[1])
-                worker.on_restored = functools.partial(self.store.clear_restore_marker, live.key)
             reason = "resumed from the last durable point" if live.resume else "admitted"
             if restore is not None:
                 reason = f"restoring from {restore[0]}"
-            self._set_state(live, "RUNNING", reason, start_ns=live.row.start_ns or time.time_ns())
-            outcome = await worker.run()
+            admitted = AdmittedRun(
+                live.key,
+                spec,
+                journal,
+                run_dir,
+                reason,
+                restore_from=Path(restore[1]) if restore is not None else None,
+            )
+            execution = await self.executor.prepare(admitted, _Sink(self, live), judge)
+            live.execution = execution
+            worker = execution.worker
+            live.worker = worker
+            if worker is not None:
+                worker.on_save_snapshot = functools.partial(self.snapshots.on_effect, live.key, live.row.tenant, worker)
+                if restore is not None:
+                    worker.on_restored = functools.partial(self.store.clear_restore_marker, live.key)
+            outcome = await execution.run()
         except asyncio.CancelledError:
+            if live.stop_reason == "shutdown" and live.execution is not None and live.execution.survives_shutdown:
+                # Its worker goes on on the cluster and keeps what it has not handed over;
+                # the run stays RUNNING in the store and the next daemon process adopts it.
+                await self._leave_running(live)
+                return
+            if live.execution is not None:
+                with contextlib.suppress(Exception):
+                    await live.execution.cancel()
             if live.stop_reason == "cancel":
                 outcome = RunOutcome("CANCELLED", "cancelled by the user")
             elif live.stop_reason == "disk_full":
@@ -1161,7 +1224,7 @@ class RunManager:
                     share = memory_token_share(by_role)
                     if share is not None:
                         outcome.results["memory_token_share"] = share
-                at_close = live.worker.capture_at_close() if live.worker is not None else None
+                at_close = live.execution.capture_at_close() if live.execution is not None else None
                 if calls or at_close:
                     outcome.results["capture"] = capture_totals(by_role, at_close)
             except Exception:
@@ -1203,6 +1266,16 @@ class RunManager:
         if live.stop_reason == "disk_full" and outcome.state == "INTERRUPTED":
             # Its pause was committed, so a write went through: the disk has space again.
             await self._resume_after_pause(live)
+
+    async def _leave_running(self, live: _Live) -> None:
+        """At shutdown, a run whose worker survives it: what was stored stays, nothing ends."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.flush(), _SHUTDOWN_FLUSH_S)
+        live.finished = True
+        self._running.discard(live.key)
+        old, live.notify = live.notify, asyncio.Event()
+        old.set()
+        self._live.pop(live.key, None)
 
     async def _resume_after_pause(self, live: _Live) -> None:
         try:

@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS runs (
     results TEXT NOT NULL DEFAULT '{}',
     parent TEXT NOT NULL DEFAULT '',
     history_expired_ns INTEGER,
-    events_expired_through INTEGER NOT NULL DEFAULT 0
+    events_expired_through INTEGER NOT NULL DEFAULT 0,
+    node TEXT NOT NULL DEFAULT ''
 );
 CREATE UNIQUE INDEX IF NOT EXISTS runs_request ON runs(tenant, request_id) WHERE request_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_tenant ON runs(tenant, seq);
@@ -110,6 +111,9 @@ class RunRow:
     None while it is kept. A restore into the run brings journal and calls back."""
     events_expired_through: int = 0
     """The run's events up to this sequence number are gone (0: none are)."""
+    node: str = ""
+    """Where the run's worker runs or last ran: a cluster node (executor ``ray``); empty
+    for the daemon's own process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,13 +174,14 @@ class WriteBatch:
 
 _RUN_COLUMNS = (
     "name, tenant, seq, request_id, request_hash, spec, state, reason, create_ns, start_ns, "
-    "end_ns, sim_ns, last_event_seq, results, parent, history_expired_ns, events_expired_through"
+    "end_ns, sim_ns, last_event_seq, results, parent, history_expired_ns, events_expired_through, node"
 )
 _INSERT_RUN = f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * len(_RUN_COLUMNS.split(',')))})"
 # Columns added after the first release: an older database gets them at open.
 _ADDED_RUN_COLUMNS = {
     "history_expired_ns": "INTEGER",
     "events_expired_through": "INTEGER NOT NULL DEFAULT 0",
+    "node": "TEXT NOT NULL DEFAULT ''",
 }
 _UPDATABLE = {
     "state",
@@ -187,6 +192,7 @@ _UPDATABLE = {
     "last_event_seq",
     "results",
     "spec",
+    "node",
 }
 
 
@@ -209,6 +215,7 @@ def _run_values(row: RunRow) -> tuple[Any, ...]:
         row.parent,
         row.history_expired_ns,
         row.events_expired_through,
+        row.node,
     )
 
 
@@ -231,6 +238,7 @@ def _row_to_run(r: Sequence[Any]) -> RunRow:
         parent=r[14],
         history_expired_ns=r[15],
         events_expired_through=r[16],
+        node=r[17],
     )
 
 

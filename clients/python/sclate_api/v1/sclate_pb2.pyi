@@ -300,7 +300,7 @@ class HarnessProcess(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., process_clock: _Optional[str] = ..., executable: _Optional[str] = ..., linked: _Optional[str] = ..., probed_clock: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("name", "benchmark", "agent", "clock", "labels", "state", "state_reason", "create_time", "start_time", "end_time", "sim_time", "last_event_seq", "results", "parent", "group", "group_index", "history_expire_time", "history_expired")
+    __slots__ = ("name", "benchmark", "agent", "clock", "labels", "state", "state_reason", "create_time", "start_time", "end_time", "sim_time", "last_event_seq", "results", "parent", "group", "group_index", "history_expire_time", "history_expired", "node")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +326,7 @@ class Run(_message.Message):
     GROUP_INDEX_FIELD_NUMBER: _ClassVar[int]
     HISTORY_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     HISTORY_EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     name: str
     benchmark: BenchmarkSpec
     agent: AgentSpec
@@ -344,7 +345,8 @@ class Run(_message.Message):
     group_index: int
     history_expire_time: _timestamp_pb2.Timestamp
     history_expired: bool
-    def __init__(self, name: _Optional[str] = ..., benchmark: _Optional[_Union[BenchmarkSpec, _Mapping]] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., clock: _Optional[_Union[ClockSpec, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[State, str]] = ..., state_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event_seq: _Optional[int] = ..., results: _Optional[_Union[RunResults, _Mapping]] = ..., parent: _Optional[str] = ..., group: _Optional[str] = ..., group_index: _Optional[int] = ..., history_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history_expired: _Optional[bool] = ...) -> None: ...
+    node: str
+    def __init__(self, name: _Optional[str] = ..., benchmark: _Optional[_Union[BenchmarkSpec, _Mapping]] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., clock: _Optional[_Union[ClockSpec, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[State, str]] = ..., state_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., sim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_event_seq: _Optional[int] = ..., results: _Optional[_Union[RunResults, _Mapping]] = ..., parent: _Optional[str] = ..., group: _Optional[str] = ..., group_index: _Optional[int] = ..., history_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history_expired: _Optional[bool] = ..., node: _Optional[str] = ...) -> None: ...
 
 class CreateRunRequest(_message.Message):
     __slots__ = ("run", "run_id", "request_id")
