@@ -421,14 +421,14 @@ def check_executor(config: DaemonConfig) -> None:
     directory to be one; found before anything starts."""
     if config.executor != "ray":
         return
-    import importlib.util
-
-    if importlib.util.find_spec("ray") is None:
+    try:
+        import ray  # noqa: F401 - only to know it is there (the executor imports it next)
+    except ImportError:
         raise ConfigError(
             "executor is 'ray' but Ray is not installed in this environment: pip install 'sclated[ray]' "
             "(the daemon's ray extra; from a checkout: pip install -e '.[ray]')",
             field="executor",
-        )
+        ) from None
     snapshots = config.cluster_snapshot_dir
     if snapshots is not None and not snapshots.is_dir():
         raise ConfigError(

@@ -233,6 +233,8 @@ def _show_run(run: Any, output: str) -> None:
         f"{run.benchmark.name} {run.benchmark.scenario or run.benchmark.data_dir}".strip(),
     )
     t.add_row("agent", run.agent.harness)
+    if run.node:
+        t.add_row("node", run.node)
     if run.HasField("sim_time"):
         t.add_row("sim time", run.sim_time.ToDatetime(tzinfo=dt.UTC).isoformat())
     if run.HasField("history_expire_time"):

@@ -1,0 +1,118 @@
+"""The Ray actor that runs one run's worker on a cluster node.
+
+It holds a :class:`RunWorker` reporting to a :class:`RecordBuffer`; the control
+plane (the daemon) pulls the records, stores them and acknowledges them. The actor
+is detached: it outlives the daemon process that created it, so a daemon that
+restarts adopts it (by its name) and pulls from where the records were last
+acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from sclated.cluster._records import Batch, RecordBuffer
+from sclated.errors import SclateError, describe
+from sclated.runs import RunOutcome, RunSpec, RunWorker, default_registry
+
+__all__ = ["RunActor", "RunWorkerActor", "node_label"]
+
+log = logging.getLogger("sclated.cluster")
+
+
+def node_label() -> str:
+    """This node as GetRun shows it: the Ray node id (short) and the host name."""
+    node_id = ray.get_runtime_context().get_node_id()
+    return f"{node_id[:16]}@{socket.gethostname()}"
+
+
+def _jsonable(value: dict[str, Any]) -> dict[str, Any]:
+    """Results cross the wire and are stored as JSON: keep what JSON carries."""
+    out = json.loads(json.dumps(value, default=str))
+    return out if isinstance(out, dict) else {}
+
+
+class RunWorkerActor:
+    """One run's worker on this node; its methods are coroutines (an async actor)."""
+
+    def __init__(
+        self,
+        key: str,
+        spec: dict[str, Any],
+        journal: list[dict[str, Any]] | None,
+        next_event_seq: int,
+        run_dir: str | None,
+    ) -> None:
+        self._key = key
+        self._spec = RunSpec.from_dict(spec)
+        self._journal = journal
+        self._run_dir = Path(run_dir) if run_dir else None
+        self._buffer = RecordBuffer(next_event_seq)
+        self._task: asyncio.Task[None] | None = None
+        self._worker: RunWorker | None = None
+
+    async def start(self) -> str:
+        """Build the worker and start it; the node it runs on."""
+        if self._task is None:
+            # Scripted agents only for now: a sandboxed one needs this node's sandbox services
+            # (engine, model, capture) wired to hand captured calls back (see docs/scale-out.md).
+            registry = default_registry(None)
+            self._worker = await asyncio.to_thread(
+                RunWorker,
+                self._key,
+                self._spec,
+                registry,
+                self._buffer,
+                journal=self._journal,
+                judge=None,
+                run_dir=self._run_dir,
+            )
+            self._task = asyncio.get_running_loop().create_task(self._run(self._worker), name=f"run:{self._key}")
+        return node_label()
+
+    async def _run(self, worker: RunWorker) -> None:
+        try:
+            outcome = await worker.run()
+        except asyncio.CancelledError:
+            outcome = RunOutcome("CANCELLED", "cancelled by the user")
+        except SclateError as exc:
+            outcome = RunOutcome("FAILED", exc.message)
+        except Exception as exc:
+            log.exception("run %s failed", self._key)
+            outcome = RunOutcome("FAILED", f"internal error: {describe(exc)}")
+        capture = worker.capture_at_close()
+        results = dict(outcome.results)
+        if capture:
+            results["_capture_at_close"] = capture
+        self._buffer.end(outcome.state, outcome.reason, _jsonable(results))
+
+    def node(self) -> str:
+        return node_label()
+
+    async def next_batch(self, after: int, wait_s: float) -> Batch:
+        """Records after stream number ``after``, waiting up to ``wait_s`` for one."""
+        return await self._buffer.wait_batch(after, wait_s)
+
+    def ack(self, upto: int) -> int:
+        """The control plane stored the records up to ``upto``: drop them."""
+        return self._buffer.ack(upto)
+
+    async def stop(self) -> None:
+        """Stop the worker (CancelRun): its sandbox closes, its end is the last record."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+RunActor: Any = ray.remote(max_restarts=0)(RunWorkerActor)
+"""The actor class Ray places (``RunActor.options(...).remote(...)``)."""

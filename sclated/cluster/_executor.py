@@ -1,0 +1,283 @@
+"""The Ray executor: admitted runs' workers run in actors on a Ray cluster.
+
+The daemon stays the control plane (API, tenants, admission, quotas, the store).
+For each admitted run it creates a detached :class:`RunActor` that needs one
+``sandbox`` slot (a custom resource each node declares) plus the run's cpus and
+memory, and pulls the actor's records: it stores them, then acknowledges them, so
+the actor drops only what is durable. When the actor or its node dies, the run is
+resumed from its stored journal in a new actor on another node; a run that cannot
+be resumed ends FAILED naming the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from adapters import Judge
+from sclated.cluster._actor import RunActor
+from sclated.cluster._records import Record
+from sclated.errors import FailedPrecondition, InvalidArgument, Unavailable
+from sclated.runs import Registry, RunOutcome
+from sclated.runs._executor import AdmittedRun, Execution, RecordSink
+
+__all__ = ["NAMESPACE", "PLACEMENTS", "ClusterConfig", "RayExecutor", "actor_name"]
+
+log = logging.getLogger("sclated.cluster")
+
+NAMESPACE = "sclate"
+PLACEMENTS = ("spread", "pack")
+_PULL_WAIT_S = 0.5
+"""How long one pull waits in the actor for a record (a long poll)."""
+_CALL_TIMEOUT_S = 30.0
+"""A call to a live actor answers well within this; past it the actor counts as lost."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    address: str
+    """The Ray cluster (``HOST:PORT`` of its head, ``auto``, or ``ray://...``)."""
+    scope: str
+    """Names this daemon's actors (several daemons may share a cluster)."""
+    placement: str = "spread"
+    """``spread``: runs over as many nodes as possible; ``pack``: fill a node first."""
+    snapshot_dir: Path | None = None
+    """A directory every node reads and writes: snapshots of runs that may move."""
+    sandbox_slots: float = 1.0
+    """``sandbox`` resource units one run takes."""
+    max_moves: int = 3
+    """How many times a run is resumed on another node before it ends FAILED."""
+    placement_timeout_s: float = 300.0
+    """How long a run's actor may wait for a node with room before the run fails."""
+
+    def __post_init__(self) -> None:
+        if not self.address:
+            raise InvalidArgument("ray_address must name the cluster (HOST:PORT or auto)", field="ray_address")
+        if self.placement not in PLACEMENTS:
+            raise InvalidArgument(
+                f"ray_placement {self.placement!r} is not one of {', '.join(PLACEMENTS)}", field="ray_placement"
+            )
+        if self.sandbox_slots <= 0:
+            raise InvalidArgument("sandbox_slots must be positive", field="sandbox_slots")
+
+
+def actor_name(scope: str, key: str) -> str:
+    """The detached actor of run ``key`` of the daemon ``scope`` (a restarted daemon finds it)."""
+    return f"run-{scope}-{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+
+
+class RayExecutor:
+    def __init__(self, config: ClusterConfig, registry: Registry) -> None:
+        self.config = config
+        self._registry = registry
+
+    @property
+    def name(self) -> str:
+        return "ray"
+
+    async def start(self) -> None:
+        def connect() -> None:
+            ray.init(
+                address=self.config.address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                configure_logging=False,
+                ignore_reinit_error=True,
+            )
+
+        try:
+            await asyncio.to_thread(connect)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise Unavailable(
+                f"cannot reach the Ray cluster at ray_address {self.config.address!r}: {exc}", reason="NO_CLUSTER"
+            ) from exc
+        resources = await asyncio.to_thread(ray.cluster_resources)
+        log.info(
+            "executor ray: cluster %s, %s sandbox slot(s), placement %s",
+            self.config.address,
+            resources.get("sandbox", 0),
+            self.config.placement,
+        )
+
+    async def prepare(self, run: AdmittedRun, sink: RecordSink, judge: Judge | None) -> Execution:
+        if self._registry.agent(run.spec.agent.harness).sandboxed:
+            raise FailedPrecondition(
+                f"harness {run.spec.agent.harness!r} runs in a sandbox, which the ray executor does not run yet "
+                "(in-daemon harnesses such as 'scripted' do); use the local executor for it",
+                reason="EXECUTOR_UNSUPPORTED",
+            )
+        if run.restore_from is not None:
+            raise FailedPrecondition(
+                "restoring a snapshot is not supported on the ray executor yet", reason="EXECUTOR_UNSUPPORTED"
+            )
+        return _RayExecution(self.config, run, sink)
+
+    async def close(self) -> None:
+        # Only this driver disconnects: detached actors (running runs) go on.
+        await asyncio.to_thread(ray.shutdown)
+
+
+class _RayExecution:
+    def __init__(self, config: ClusterConfig, run: AdmittedRun, sink: RecordSink) -> None:
+        self._config = config
+        self._run = run
+        self._sink = sink
+        self._name = actor_name(config.scope, run.key)
+        self._actor: Any = None
+        self._node = ""
+        self._capture: dict[str, Any] | None = None
+
+    @property
+    def worker(self) -> None:
+        return None
+
+    @property
+    def survives_shutdown(self) -> bool:
+        return True
+
+    def capture_at_close(self) -> dict[str, Any] | None:
+        return self._capture
+
+    async def cancel(self) -> None:
+        actor = self._actor
+        if actor is None:
+            return
+        with contextlib.suppress(RayActorError, TimeoutError):
+            await asyncio.wait_for(actor.stop.remote(), _CALL_TIMEOUT_S)
+        await asyncio.to_thread(_kill, actor)
+
+    # -- placing the actor ---------------------------------------------------------------
+    async def _adopt(self) -> Any:
+        """The run's actor left by an earlier daemon process, if it is still there."""
+        try:
+            actor = await asyncio.to_thread(ray.get_actor, self._name, NAMESPACE)
+        except ValueError:
+            return None
+        try:
+            self._node = await asyncio.wait_for(actor.node.remote(), _CALL_TIMEOUT_S)
+        except (RayActorError, TimeoutError):
+            await asyncio.to_thread(_kill, actor)
+            return None
+        log.info("run %s: adopted its worker on node %s", self._run.key, self._node)
+        return actor
+
+    async def _launch(self, journal: list[dict[str, Any]] | None, reason: str) -> Any:
+        """A new actor for the run, started from ``journal`` (None: from the beginning)."""
+        with contextlib.suppress(ValueError):
+            stale = await asyncio.to_thread(ray.get_actor, self._name, NAMESPACE)
+            await asyncio.to_thread(_kill, stale)
+        # The run enters RUNNING before its worker numbers any event (no other worker is live).
+        self._sink.running(reason)
+        await self._sink.commit()
+        resources = self._run.spec.agent.resources
+        options: dict[str, Any] = {
+            "name": self._name,
+            "namespace": NAMESPACE,
+            "lifetime": "detached",
+            "num_cpus": float(resources.cpus or 0),
+            "resources": {"sandbox": self._config.sandbox_slots},
+            "scheduling_strategy": "SPREAD" if self._config.placement == "spread" else "DEFAULT",
+        }
+        if resources.memory_bytes:
+            options["memory"] = resources.memory_bytes
+        actor = RunActor.options(**options).remote(
+            self._run.key,
+            self._run.spec.to_dict(),
+            journal,
+            self._sink.next_event_seq(),
+            None,
+        )
+        try:
+            self._node = await asyncio.wait_for(actor.start.remote(), self._config.placement_timeout_s)
+        except TimeoutError:
+            await asyncio.to_thread(_kill, actor)
+            raise FailedPrecondition(
+                f"no node of the cluster offered a sandbox slot (and {resources.cpus or 0} cpus) within "
+                f"{self._config.placement_timeout_s:.0f} s",
+                reason="NO_CAPACITY",
+            ) from None
+        self._sink.placed(self._node)
+        log.info("run %s: worker on node %s (%s)", self._run.key, self._node, reason)
+        return actor
+
+    # -- the pump ------------------------------------------------------------------------
+    async def run(self) -> RunOutcome:
+        actor = await self._adopt() if self._run.journal is not None else None
+        if actor is None:
+            actor = await self._launch(self._run.journal, self._run.running_reason)
+        else:
+            self._sink.placed(self._node)
+        self._actor = actor
+        moves = 0
+        after = 0
+        while True:
+            try:
+                outcome, after = await self._pull(actor, after)
+            except (RayActorError, TimeoutError) as exc:
+                lost = self._node
+                moves += 1
+                if moves > self._config.max_moves:
+                    return RunOutcome(
+                        "FAILED",
+                        f"its worker was lost on node {lost} ({type(exc).__name__}) and it was already resumed "
+                        f"{self._config.max_moves} time(s)",
+                    )
+                log.warning("run %s: its worker on node %s was lost (%s); resuming elsewhere", self._run.key, lost, exc)
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(_kill, actor)
+                try:
+                    journal = await self._sink.durable_journal()
+                    actor = await self._launch(
+                        journal, f"resumed from its journal on another node: node {lost} was lost"
+                    )
+                except FailedPrecondition as placement:
+                    return RunOutcome(
+                        "FAILED", f"its node {lost} was lost and it could not be resumed: {placement.message}"
+                    )
+                self._actor = actor
+                after = 0
+                continue
+            if outcome is not None:
+                await asyncio.to_thread(_kill, actor)
+                self._actor = None
+                return outcome
+
+    async def _pull(self, actor: Any, after: int) -> tuple[RunOutcome | None, int]:
+        """One pull: store what came, acknowledge it; the outcome once the end came."""
+        batch = await asyncio.wait_for(actor.next_batch.remote(after, _PULL_WAIT_S), _CALL_TIMEOUT_S)
+        if not batch.records:
+            return None, after
+        outcome = self._apply(batch.records)
+        await self._sink.commit()
+        last = batch.records[-1].rseq
+        await asyncio.wait_for(actor.ack.remote(last), _CALL_TIMEOUT_S)
+        return outcome, last
+
+    def _apply(self, records: list[Record]) -> RunOutcome | None:
+        outcome: RunOutcome | None = None
+        for record in records:
+            d = record.data
+            if record.kind == "event":
+                self._sink.put_event(int(d["seq"]), str(d["kind"]), d["payload"], int(d["sim_ns"]), int(d["wall_ns"]))
+            elif record.kind == "journal":
+                self._sink.put_journal(d)
+            elif record.kind == "progress":
+                self._sink.progress(int(d["sim_ns"]))
+            elif record.kind == "end":
+                results = dict(d["results"])
+                self._capture = results.pop("_capture_at_close", None)
+                outcome = RunOutcome(str(d["state"]), str(d["reason"]), results)
+        return outcome
+
+
+def _kill(actor: Any) -> None:
+    with contextlib.suppress(Exception):
+        ray.kill(actor, no_restart=True)
