@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +31,7 @@ __all__ = ["LocalCluster", "LocalNode"]
 _OBJECT_STORE_BYTES = 100_000_000
 """Small: the runs pass records, not data; the machine has little memory to spare."""
 _JOIN_TIMEOUT_S = 90.0
+_STOP_GRACE_S = 5.0
 
 
 def _free_port() -> int:
@@ -138,21 +140,26 @@ class LocalCluster:
         node.proc.wait(30)
 
     async def stop(self) -> None:
-        """Stop every node of this cluster (only its own processes), the head last."""
+        """Stop every node of this cluster (only its own processes) and remove its files.
+
+        SIGTERM first; a node still there after a few seconds (the head drains for up to
+        30 s) gets SIGKILL, its whole group: a test cluster holds nothing to drain."""
         for node in reversed(self.members):
             if node.alive:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(node.proc.pid, signal.SIGTERM)
-        for node in reversed(self.members):
-            try:
-                await asyncio.to_thread(node.proc.wait, 20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(node.proc.pid, signal.SIGKILL)
-                await asyncio.to_thread(node.proc.wait, 10)
+
+        async def end(node: LocalNode) -> None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(node.proc.wait, _STOP_GRACE_S)
             # Workers that outlived their raylet are in its group too.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(node.proc.pid, signal.SIGKILL)
+            await asyncio.to_thread(node.proc.wait, 30)
+
+        await asyncio.gather(*(end(n) for n in self.members))
+        if self._root is not None:
+            await asyncio.to_thread(shutil.rmtree, self._root, True)
 
 
 def alive_node_ids(address: str) -> list[str]:
