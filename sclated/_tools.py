@@ -33,6 +33,7 @@ BENCHES = (
     "fuzz",
     "faults",
     "soak",
+    "cluster",
 )
 
 

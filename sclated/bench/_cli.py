@@ -184,6 +184,12 @@ def _soak(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
     return bench_soak(args)
 
 
+def _cluster(args: argparse.Namespace) -> Coroutine[Any, Any, dict[str, Any]]:
+    from sclated.bench._cluster import bench_cluster
+
+    return bench_cluster(args)
+
+
 BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]] = {
     "scheduler": _scheduler,
     "daemon": _daemon,
@@ -199,6 +205,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, 
     "fuzz": _fuzz,
     "faults": _faults,
     "soak": _soak,
+    "cluster": _cluster,
 }
 
 
@@ -206,7 +213,12 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog=f"sclated bench {which}")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
-    p.add_argument("--runs", type=int, default=None, help="daemon: concurrent runs (default 1000; 20 with --quick)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="daemon: concurrent runs (default 1000; 20 with --quick); cluster: runs per executor (24; 12)",
+    )
     p.add_argument(
         "--rounds", type=int, default=None, help="sandbox: start rounds, ours and raw Docker alternating (default 20)"
     )
@@ -253,7 +265,10 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     )
     p.add_argument("--count", type=int, default=8, help="rollouts: the group's size K (default 8)")
     p.add_argument(
-        "--seed", type=int, default=None, help="fuzz, faults, soak: the campaign's seed (default random; printed)"
+        "--seed",
+        type=int,
+        default=None,
+        help="fuzz, faults, soak, cluster: the campaign's seed (default random; printed)",
     )
     p.add_argument("--requests", type=int, default=10_000, help="fuzz: API requests to send (default 10000)")
     p.add_argument(
@@ -287,6 +302,7 @@ def run_bench_cli(which: str, argv: list[str]) -> int:
     )
     p.add_argument("--warmup-s", type=float, default=30.0, help="soak: the same load before the start point (30)")
     p.add_argument("--no-reports", action="store_true", help="soak: the daemon writes no run reports")
+    p.add_argument("--nodes", type=int, default=2, help="cluster: Ray nodes besides the head (default 2)")
     args = p.parse_args(argv)
     bench = BENCHES.get(which)
     if bench is None:
