@@ -25,7 +25,7 @@ from ray.exceptions import RayActorError
 from adapters import Judge
 from sclated.cluster._actor import RunActor
 from sclated.cluster._records import Record
-from sclated.errors import FailedPrecondition, InvalidArgument, Unavailable
+from sclated.errors import FailedPrecondition, InvalidArgument, SclateError, Unavailable, describe
 from sclated.runs import Registry, RunOutcome
 from sclated.runs._executor import AdmittedRun, Execution, RecordSink
 
@@ -37,6 +37,10 @@ NAMESPACE = "sclate"
 PLACEMENTS = ("spread", "pack")
 _PULL_WAIT_S = 0.5
 """How long one pull waits in the actor for a record (a long poll)."""
+_REPLACE_WAIT_S = 2.0
+"""Between placing a worker whose node died under it and placing it again."""
+_NAME_FREE_S = 60.0
+"""How long a new worker waits for the name of the one it replaces to be free."""
 _CALL_TIMEOUT_S = 30.0
 """A call to a live actor answers well within this; past it the actor counts as lost."""
 
@@ -188,25 +192,48 @@ class _RayExecution:
         }
         if resources.memory_bytes:
             options["memory"] = resources.memory_bytes
-        actor = RunActor.options(**options).remote(
-            self._run.key,
-            self._run.spec.to_dict(),
-            journal,
-            self._sink.next_event_seq(),
-            None,
-        )
-        try:
-            self._node = await asyncio.wait_for(actor.start.remote(), self._config.placement_timeout_s)
-        except TimeoutError:
-            await asyncio.to_thread(_kill, actor)
-            raise FailedPrecondition(
-                f"no node of the cluster offered a sandbox slot (and {resources.cpus or 0} cpus) within "
-                f"{self._config.placement_timeout_s:.0f} s",
-                reason="NO_CAPACITY",
-            ) from None
+        args = (self._run.key, self._run.spec.to_dict(), journal, self._sink.next_event_seq(), None)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.placement_timeout_s
+        while True:
+            actor = await self._create(options, args)
+            try:
+                self._node = await asyncio.wait_for(actor.start.remote(), max(1.0, deadline - loop.time()))
+                break
+            except TimeoutError:
+                await asyncio.to_thread(_kill, actor)
+                raise FailedPrecondition(
+                    f"no node of the cluster offered a sandbox slot (and {resources.cpus or 0} cpus) within "
+                    f"{self._config.placement_timeout_s:.0f} s",
+                    reason="NO_CAPACITY",
+                ) from None
+            except RayActorError as exc:
+                # Placed on a node that died before the worker started: the head has not
+                # noticed yet (its health checks take seconds). Again, once it has.
+                await asyncio.to_thread(_kill, actor)
+                if loop.time() > deadline:
+                    raise
+                log.warning("run %s: its new worker died before it started (%s); placing it again", self._run.key, exc)
+                await asyncio.sleep(_REPLACE_WAIT_S)
         self._sink.placed(self._node)
         log.info("run %s: worker on node %s (%s)", self._run.key, self._node, reason)
         return actor
+
+    async def _create(self, options: dict[str, Any], args: tuple[Any, ...]) -> Any:
+        """Create the named actor. Creating a named actor waits for the cluster's head
+        (off the event loop); the name of a worker just lost is free again only once
+        the head has marked it dead, which takes a moment: wait for it."""
+        deadline = asyncio.get_running_loop().time() + _NAME_FREE_S
+        while True:
+            try:
+                return await asyncio.to_thread(lambda: RunActor.options(**options).remote(*args))
+            except ValueError as exc:
+                if "already" not in str(exc) or asyncio.get_running_loop().time() > deadline:
+                    raise
+                with contextlib.suppress(ValueError):
+                    stale = await asyncio.to_thread(ray.get_actor, self._name, NAMESPACE)
+                    await asyncio.to_thread(_kill, stale)
+                await asyncio.sleep(0.5)
 
     # -- the pump ------------------------------------------------------------------------
     async def run(self) -> RunOutcome:
@@ -238,10 +265,10 @@ class _RayExecution:
                     actor = await self._launch(
                         journal, f"resumed from its journal on another node: node {lost} was lost"
                     )
-                except FailedPrecondition as placement:
-                    return RunOutcome(
-                        "FAILED", f"its node {lost} was lost and it could not be resumed: {placement.message}"
-                    )
+                except (SclateError, RayActorError, ValueError, TimeoutError) as failed:
+                    log.exception("run %s: resuming it after node %s was lost failed", self._run.key, lost)
+                    why = describe(failed)
+                    return RunOutcome("FAILED", f"its node {lost} was lost and it could not be resumed: {why}")
                 self._actor = actor
                 after = 0
                 continue

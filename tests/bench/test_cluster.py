@@ -33,6 +33,8 @@ def _healthy() -> ClusterRaw:
         resume_s=[1.5, 2.5],
         records_lost=0,
         records_checked=40,
+        local_single_s=0.7,
+        cluster_single_s=2.5,
     )
 
 
@@ -42,7 +44,8 @@ def test_a_healthy_invocation_meets_the_targets() -> None:
     assert report["runs"] == report["runs_succeeded"] == 8
     assert report["runs_per_node"] == [2, 2]
     assert report["resume_after_node_kill_s"] == 2.5
-    assert report["per_run_overhead_s"] == pytest.approx(0.5)
+    assert report["per_run_overhead_s"] == pytest.approx(1.8)
+    assert report["cluster_run_s_mean"] == pytest.approx(1.55)
     assert report["api_latency_ms_p99"] == 4.0
 
 
