@@ -8,6 +8,7 @@ since it leaves the cluster a node short.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench import start_daemon_process
-from sclated.cluster import LocalCluster
+from sclated.cluster import LocalCluster, actor_name
 from tests.api.conftest import TOKENS, synthetic_request
 
 pytestmark = pytest.mark.e2e
@@ -146,6 +147,38 @@ async def test_daemon_restart_adopts_the_runs_the_cluster_kept_running(tmp_path:
     finally:
         await _stop(proc)
     assert "adopted its worker" in (state / "sclated.log").read_text()
+
+
+def _named_actors(address: str) -> list[str]:
+    """The live named actors of the cluster, asked by a driver of its own."""
+    script = (
+        f"import ray;ray.init(address={address!r},log_to_driver=False,logging_level='ERROR');"
+        "print('\\n'.join(a['name'] for a in ray.util.list_named_actors(all_namespaces=True)))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    return [line for line in out.stdout.splitlines() if line.startswith("run-")]
+
+
+async def test_cancel_stops_the_worker_on_its_node(tmp_path: Path, cluster: LocalCluster) -> None:
+    state = tmp_path / "state"
+    proc, ready = await _ray_daemon(state, cluster)
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = await stub.CreateRun(synthetic_request(days=3, events=3, turn_ms=500, run_id="c1"))
+            name = actor_name(hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:12], "local/c1")
+            async for ev in stub.WatchRun(pb.WatchRunRequest(name=run.name)):
+                if ev.WhichOneof("kind") == "turn":
+                    break
+            assert name in await asyncio.to_thread(_named_actors, cluster.address)
+            cancelled = await stub.CancelRun(pb.CancelRunRequest(name=run.name))
+            assert cancelled.state == pb.CANCELLED
+            events = await _watch(stub, run.name)
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            assert events[-1].state.state == pb.CANCELLED
+            assert name not in await asyncio.to_thread(_named_actors, cluster.address)
+    finally:
+        await _stop(proc)
 
 
 async def test_a_killed_node_has_its_runs_resumed_on_the_others(tmp_path: Path, cluster: LocalCluster) -> None:
