@@ -710,6 +710,12 @@ class RunManager:
         """A snapshot of a RUNNING run; ``at_turn_boundary``: after the turn in flight, so the session is in it."""
         row = await self._get_row(tenant, run_name, "run")
         live = self._live.get(row.name)
+        if row.state == "RUNNING" and live is not None and live.worker is None and live.execution is not None:
+            raise FailedPrecondition(
+                f"run {run_name!r} runs on the {self.executor.name} executor (node {row.node or 'unknown'}), "
+                "whose runs cannot be snapshotted yet",
+                reason="EXECUTOR_UNSUPPORTED",
+            )
         if row.state != "RUNNING" or live is None or live.worker is None:
             raise FailedPrecondition(
                 f"run {run_name!r} is {row.state}; snapshots are taken of RUNNING runs",

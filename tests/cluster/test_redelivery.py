@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from adapters import Judge
 from sclated.cluster import RecordBuffer
+from sclated.errors import FailedPrecondition
 from sclated.runs import (
     AdmittedRun,
     Execution,
@@ -58,6 +60,14 @@ class _TwiceDelivered:
             RunWorker, self._run.key, self._run.spec, self._registry, buffer, journal=self._run.journal
         )
         task = asyncio.get_running_loop().create_task(worker.run())
+        try:
+            return await self._pump(buffer, task)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _pump(self, buffer: RecordBuffer, task: asyncio.Task[RunOutcome]) -> RunOutcome:
         after = 0
         while True:
             batch = await buffer.wait_batch(after, 0.05)
@@ -144,3 +154,27 @@ async def test_a_twice_delivered_stream_is_stored_once(store: Store) -> None:
     assert execution.redelivered == execution.applied > 0
     row = await store.get_run("acme/twice")
     assert row is not None and row.results["rounds_graded"] == 2
+
+
+async def test_a_remote_run_refuses_a_snapshot_and_can_be_cancelled(store: Store) -> None:
+    registry = default_registry()
+    manager = RunManager(store, registry, ManagerConfig(write_reports=False), executor=_DoubleExecutor(registry))
+    await manager.start()
+    try:
+        spec = RunSpec.from_dict(
+            {
+                "benchmark": {"name": "synthetic", "options": {"days": 3, "events_per_day": 3}},
+                "agent": {"harness": "scripted", "options": {"turn_ms": 300}},
+            }
+        )
+        view = await manager.create("acme", spec, run_id="far")
+        async for ev in manager.watch("acme", view.name):
+            if ev.kind == "fire":
+                break
+        with pytest.raises(FailedPrecondition) as err:
+            await manager.save_snapshot("acme", view.name)
+        assert err.value.reason == "EXECUTOR_UNSUPPORTED" and "twice executor" in err.value.message
+        cancelled = await manager.cancel("acme", view.name)
+        assert cancelled.state == "CANCELLED"
+    finally:
+        await manager.shutdown(5)
