@@ -37,6 +37,7 @@ NAMESPACE = "sclate"
 PLACEMENTS = ("spread", "pack")
 _PULL_WAIT_S = 0.5
 """How long one pull waits in the actor for a record (a long poll)."""
+_CONNECT_TIMEOUT_S = 10.0
 _REPLACE_WAIT_S = 2.0
 """Between placing a worker whose node died under it and placing it again."""
 _NAME_FREE_S = 60.0
@@ -97,6 +98,7 @@ class RayExecutor:
                 ignore_reinit_error=True,
             )
 
+        await _check_reachable(self.config.address)
         try:
             await asyncio.to_thread(connect)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -303,6 +305,23 @@ class _RayExecution:
                 self._capture = results.pop("_capture_at_close", None)
                 outcome = RunOutcome(str(d["state"]), str(d["reason"]), results)
         return outcome
+
+
+async def _check_reachable(address: str) -> None:
+    """A HOST:PORT head that does not accept connections is refused now: ray.init
+    would retry it for minutes, holding the daemon's start-up."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or address.startswith("ray://"):
+        return  # "auto" and client addresses: ray.init says what is wrong with them
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), _CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        raise Unavailable(
+            f"cannot reach the Ray cluster's head at ray_address {address!r}: {describe(exc)}", reason="NO_CLUSTER"
+        ) from None
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
 
 
 def _kill(actor: Any) -> None:

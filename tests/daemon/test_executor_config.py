@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,16 @@ except ConfigError as e:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("executor |") and "pip install 'sclated[ray]'" in out.stdout
+
+
+def test_an_unreachable_cluster_fails_the_start_at_once(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("sclated")
+    args = ["--state-dir", str(tmp_path / "state"), "--listen", "127.0.0.1:0", "--executor", "ray"]
+    out = subprocess.run(
+        [str(exe), *args, "--ray-address", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode != 0
+    assert f"cannot reach the Ray cluster's head at ray_address '127.0.0.1:{port}'" in out.stderr + out.stdout
