@@ -113,7 +113,12 @@ async def test_runs_spread_over_the_nodes_and_tenants_stay_isolated(tmp_path: Pa
         await _stop(proc)
 
 
-async def test_daemon_restart_adopts_the_runs_the_cluster_kept_running(tmp_path: Path, cluster: LocalCluster) -> None:
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+async def test_daemon_restart_adopts_the_runs_the_cluster_kept_running(
+    tmp_path: Path, cluster: LocalCluster, how: signal.Signals
+) -> None:
+    """SIGTERM: the daemon leaves the runs RUNNING; SIGKILL: it dies between a commit and
+    an acknowledgement, maybe, and the adopted worker delivers those records again."""
     state = tmp_path / "state"
     proc, ready = await _ray_daemon(state, cluster)
     async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
@@ -126,7 +131,8 @@ async def test_daemon_restart_adopts_the_runs_the_cluster_kept_running(tmp_path:
             acknowledged.append(ev)
             if sum(1 for e in acknowledged if e.WhichOneof("kind") == "turn") == 2:
                 break
-    await _stop(proc)  # SIGTERM: the workers go on on the cluster
+    proc.send_signal(how)  # the workers go on on the cluster
+    assert await proc.wait() == (0 if how == signal.SIGTERM else -signal.SIGKILL)
 
     proc, ready = await _ray_daemon(state, cluster)
     try:
