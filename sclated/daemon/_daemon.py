@@ -59,6 +59,7 @@ from sclated.runs import (
 from sclated.runtime import SnapshotInfo
 from sclated.sandbox import SandboxServices, short_sockets_dir
 from sclated.store import Store
+from sclated.web import HttpListener, MetricsSource, build_app
 
 __all__ = ["Daemon", "ReadyFile", "Steps", "data_roots_for"]
 
@@ -188,7 +189,9 @@ class Daemon:
     (or after a failed start: it has nothing left to do). Start a new
     ``Daemon`` to start again."""
 
-    def __init__(self, config: DaemonConfig, *, registry: Registry | None = None) -> None:
+    def __init__(
+        self, config: DaemonConfig, *, registry: Registry | None = None, metrics: MetricsSource | None = None
+    ) -> None:
         self.config = config
         self.tokens = TokenTable(config.tokens_file)
         self.store = Store(config.state_dir / "sclated.db")
@@ -223,6 +226,11 @@ class Daemon:
         self.grpc: GrpcServer | None = None
         self.listeners: list[Listener] = listeners_for(config)
         self.ready_file = ReadyFile(config.ready_file) if config.ready_file is not None else None
+        self.metrics = metrics
+        """What the HTTP listener's /metrics serves (None: 404)."""
+        self.http: HttpListener | None = None
+        """The HTTP listener (the run viewer, /metrics, /healthz), when ``http_listen`` is set."""
+        self._serving = False
         self.steps = Steps()
         self._started = False
         self._at = ""
@@ -317,6 +325,26 @@ class Daemon:
             listener.bind(server)
             steps.push(f"{listener.kind} listener", listener.close)
 
+        # The HTTP listener binds with the others; /healthz says 503 and the reads wait
+        # until the daemon serves, and it closes after the runs drained (it answers 503
+        # meanwhile, and its watch streams see the runs end).
+        if cfg.http_listen:
+            self._at = "http listener"
+            app = build_app(self.manager, self.tokens, metrics=self.metrics, serving=self._is_serving)
+            http = HttpListener(cfg.http_listen, app, shutdown_timeout_s=5.0)
+            try:
+                await http.start()
+            except OSError as exc:
+                await _let_go("half-open http listener", http.close)
+                raise ConfigError(
+                    f"http_listen {cfg.http_listen!r}: cannot listen there: {exc.strerror or exc}", field="http_listen"
+                ) from None
+            except BaseException:
+                await _let_go("half-open http listener", http.close)
+                raise
+            self.http = http
+            steps.push("http listener", http.close)
+
         self._at = "store"
         try:
             await self.store.open()
@@ -371,12 +399,20 @@ class Daemon:
         self._at = "health"
         await self.health.set("", _HEALTH.SERVING)
         await self.health.set(_SERVICE, _HEALTH.SERVING)
-        steps.push("health", self.health.enter_graceful_shutdown)
+        self._serving = True
+        steps.push("health", self._not_serving)
 
         if self.ready_file is not None:
             self._at = "ready file (write)"
             unix = self.unix_path
-            self.ready_file.write({"tcp": self.tcp_address, "unix": str(unix) if unix else None, "pid": os.getpid()})
+            self.ready_file.write(
+                {
+                    "tcp": self.tcp_address,
+                    "unix": str(unix) if unix else None,
+                    "http": self.http.address if self.http is not None else None,
+                    "pid": os.getpid(),
+                }
+            )
 
         self._at = "ready"
         notify(f"READY=1\nSTATUS=serving on {self.tcp_address or ''} {self.unix_path or ''}".strip())
@@ -392,13 +428,26 @@ class Daemon:
         self.gc.start()
         steps.push("garbage collector", self.gc.stop)
 
-        log.info("sclated serving on tcp=%s unix=%s state=%s", self.tcp_address, self.unix_path, cfg.state_dir)
+        log.info(
+            "sclated serving on tcp=%s unix=%s http=%s state=%s",
+            self.tcp_address,
+            self.unix_path,
+            self.http.address if self.http is not None else None,
+            cfg.state_dir,
+        )
         roots = self.data_roots.describe()
         log.info(
             "data roots: %s%s",
             ", ".join(roots["default"]),
             "".join(f"; tenant {t}: {', '.join(r)}" for t, r in roots["tenants"].items()),
         )
+
+    def _is_serving(self) -> bool:
+        return self._serving and not self._stopping
+
+    async def _not_serving(self) -> None:
+        self._serving = False
+        await self.health.enter_graceful_shutdown()
 
     def _announce_stopping(self) -> None:
         notify("STOPPING=1")

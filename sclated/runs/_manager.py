@@ -1224,6 +1224,28 @@ class RunManager:
         # Finished (or interrupted) runs leave memory; the store has them.
         self._live.pop(live.key, None)
 
+    # -- read-only views (the run viewer) -------------------------------------------
+    async def calls(self, tenant: str, name: str) -> list[dict[str, Any]]:
+        """The run's captured model calls as stored (records: role, timings, usage, token
+        ids, logprobs, request and response), by start time."""
+        row = await self._get_row(tenant, name)
+        check_history_kept(row, "its captured calls")
+        records = await self.store.calls(row.name)
+        await self._check_still_kept(row.name, "its captured calls")
+        return sorted(records, key=lambda r: int((r.get("timings") or {}).get("start_ns") or 0))
+
+    async def children(self, tenant: str, name: str) -> list[RunView]:
+        """The runs branched from this run's snapshots (their ``parent`` is it), oldest first."""
+        row = await self._get_row(tenant, name)
+        parent = f"runs/{_run_id_of(row.name)}"
+        out: list[RunView] = []
+        token = ""
+        while True:
+            page, token = await self.list(tenant, page_size=MAX_PAGE_SIZE, page_token=token)
+            out.extend(v for v in page if v.parent == parent)
+            if not token:
+                return out
+
     # -- introspection ------------------------------------------------------------
     def counts(self) -> dict[str, int]:
         return {"running": len(self._running), "pending": len(self._queue), "live": len(self._live)}

@@ -542,6 +542,9 @@ class RunWorker:
                     "round_id": round_id,
                     "session": prompt.session or "",
                     "phase": "ended",
+                    # What the harness was given, so a viewer can show the conversation turn by turn.
+                    "prompt": prompt.text[:_REPLY_DISPLAY_LIMIT],
+                    "prompt_truncated": len(prompt.text) > _REPLY_DISPLAY_LIMIT,
                     "reply": reply[:_REPLY_DISPLAY_LIMIT],
                     "reply_truncated": len(reply) > _REPLY_DISPLAY_LIMIT,
                     "reply_chars": len(reply),
