@@ -1,0 +1,249 @@
+"""The run viewer in a real headless Chromium (Debian's) against a real `sclated` process.
+
+The daemon serves gRPC and HTTP on port 0 with two tenants; alice has a finished
+run and a running one, bob a finished one. Chromium is driven over the DevTools
+protocol (a websocket, through aiohttp: no other dependency). Screenshots go to
+out/test-artefacts/web/."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import shutil
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
+
+from sclated.bench import start_daemon_process
+from tests.api.conftest import TOKENS, synthetic_request
+
+pytestmark = pytest.mark.e2e
+ARTEFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artefacts" / "web"
+
+
+class Page:
+    """One browser tab over the DevTools protocol: commands, and the events kept."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            data = json.loads(msg.data)
+            if "id" in data and data["id"] in self.pending:
+                self.pending.pop(data["id"]).set_result(data)
+            elif "method" in data:
+                self.events.append(data)
+
+    async def send(self, method: str, **params: Any) -> dict[str, Any]:
+        ident = next(self.ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[ident] = future
+        await self.ws.send_json({"id": ident, "method": method, "params": params})
+        reply = await asyncio.wait_for(future, 30)
+        assert "error" not in reply, (method, reply)
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    async def js(self, expression: str) -> Any:
+        got = await self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        assert "exceptionDetails" not in got, got
+        return got["result"].get("value")
+
+    async def until(self, expression: str, timeout_s: float = 30.0) -> Any:
+        """Polls ``expression`` until it is truthy; its value."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            value = await self.js(expression)
+            if value:
+                return value
+            if asyncio.get_running_loop().time() > deadline:
+                text = await self.js("document.getElementById('main').innerText.slice(0, 800)")
+                raise AssertionError(f"timed out waiting for {expression}; the page shows:\n{text}")
+            await asyncio.sleep(0.1)
+
+    async def screenshot(self, name: str) -> Path:
+        shot = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        ARTEFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTEFACTS / name
+        path.write_bytes(base64.b64decode(shot["data"]))
+        return path
+
+    def problems(self, *, allow_network_404: bool = False) -> list[dict[str, Any]]:
+        """Console errors, uncaught exceptions and error log entries so far."""
+        out = []
+        for ev in self.events:
+            method, params = ev["method"], ev.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                out.append(params)
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert", "warning"):
+                out.append(params)
+            elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+                entry = params["entry"]
+                if allow_network_404 and entry.get("source") == "network" and "404" in entry.get("text", ""):
+                    continue
+                out.append(entry)
+        return out
+
+
+@contextlib.asynccontextmanager
+async def chromium(profile: Path) -> AsyncIterator[Page]:
+    exe = shutil.which("chromium")
+    assert exe, "Debian's chromium is installed by scripts/setup-system.sh (make test)"
+    proc = subprocess.Popen(
+        [
+            exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--no-first-run", "--remote-debugging-port=0", f"--user-data-dir={profile}",
+            "--window-size=1400,1000", "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        port_file = profile / "DevToolsActivePort"
+        for _ in range(300):
+            if port_file.exists() and port_file.read_text().count("\n") >= 1:
+                break
+            assert proc.poll() is None, f"chromium exited with {proc.returncode}"
+            await asyncio.sleep(0.1)
+        port = int(port_file.read_text().splitlines()[0])
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/json/list") as resp:
+                targets = await resp.json()
+            url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+            async with http.ws_connect(url, max_msg_size=64 * 1024 * 1024) as ws:
+                page = Page(ws)
+                for domain in ("Page", "Runtime", "Log"):
+                    await page.send(f"{domain}.enable")
+                try:
+                    yield page
+                finally:
+                    page.reader.cancel()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def _api(base: str, path: str, who: str) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(base + path, headers={"Authorization": f"Bearer {TOKENS[who]}"}) as resp,
+    ):
+        return resp.status, await resp.json()
+
+
+async def test_the_viewer_in_chromium(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("".join(f"{t} {tenant}\n" for tenant, t in TOKENS.items()))
+    proc, ready = await start_daemon_process(
+        tmp_path / "state", "--http-listen", "127.0.0.1:0", "--tokens-file", str(tokens)
+    )
+    base = f"http://{ready['http']}"
+    alice = (("authorization", f"Bearer {TOKENS['alice']}"),)
+    bob = (("authorization", f"Bearer {TOKENS['bob']}"),)
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            for run_id, md in (("done", alice), ("bobs", bob)):
+                req = synthetic_request(days=2, events=3, turn_ms=5, run_id=run_id)
+                req.run.labels["who"] = run_id
+                run = await stub.CreateRun(req, metadata=md)
+                async for _ in stub.WatchRun(pb.WatchRunRequest(name=run.name), metadata=md):
+                    pass
+            status, done = await _api(base, "/api/v1/runs/done", "alice")
+            assert status == 200 and done["run"]["state"] == "SUCCEEDED"
+            _, events = await _api(base, "/api/v1/runs/done/events", "alice")
+            fires = sum(1 for e in events["events"] if e["kind"] == "fire")
+            assert fires == done["run"]["results"]["scheduler"]["events_fired"] > 0
+
+            async with chromium(tmp_path / "profile") as page:
+                # The runs list: the token from the fragment, alice's runs only.
+                await page.send("Page.navigate", url=f"{base}/#token={TOKENS['alice']}")
+                await page.until("document.querySelectorAll('tr.run-row').length === 1")
+                assert await page.js("location.hash") == "#/runs", "the token leaves the address bar"
+                assert await page.js("document.getElementById('tenant').textContent") == "tenant alice"
+                await page.screenshot("runs.png")
+
+                # A finished run: every fire on the timeline, its rounds, its measurements.
+                await page.js("location.hash = '#/runs/done'")
+                await page.until("document.querySelector('#run-state [data-state=SUCCEEDED]') !== null")
+                await page.until(f"document.querySelector('#timeline').getAttribute('data-fires') === '{fires}'")
+                assert await page.js("document.querySelectorAll('#timeline circle.fire').length") == fires
+                rounds = done["run"]["results"]["rounds"]
+                assert await page.js("document.querySelectorAll('#rounds tr.round-row').length") == rounds
+                turns = sum(1 for e in events["events"] if e["kind"] == "turn")
+                assert await page.js("document.querySelectorAll('.turnbox').length") == turns
+                assert await page.js("document.querySelector('#scheduler') !== null")
+                # Hover: a fire's tooltip; wheel: the timeline zooms.
+                tip = await page.js(
+                    """(() => { const c = document.querySelector('#timeline circle.fire');
+                    const r = c.getBoundingClientRect();
+                    c.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: r.x + 2, clientY: r.y + 2}));
+                    const t = document.getElementById('tooltip'); return t.hidden ? '' : t.textContent; })()"""
+                )
+                assert tip.startswith("fire "), tip
+                moved = await page.js(
+                    """(() => { const s = document.getElementById('timeline');
+                    const last = () => [...s.querySelectorAll('circle.fire')].map(c => c.getAttribute('cx')).join();
+                    const before = last(); const r = s.getBoundingClientRect();
+                    s.dispatchEvent(new WheelEvent('wheel', {bubbles: true, cancelable: true, deltaY: -300,
+                      clientX: r.x + r.width / 2, clientY: r.y + r.height / 2}));
+                    return before !== last(); })()"""
+                )
+                assert moved, "a wheel over the timeline zooms it"
+                await page.screenshot("run-finished.png")
+                assert page.problems() == []
+
+                # Another tenant's run: 404 from the API, "not found" on the page.
+                status, body = await _api(base, "/api/v1/runs/bobs", "alice")
+                assert status == 404 and body["error"] == "run 'runs/bobs' not found"
+                await page.js("location.hash = '#/runs/bobs'")
+                shown = await page.until("document.getElementById('notfound')?.textContent")
+                assert shown == "Run runs/bobs not found."
+                assert "who=bobs" not in await page.js("document.body.innerText")
+                await page.screenshot("run-other-tenant.png")
+                assert page.problems(allow_network_404=True) == []
+
+                # A running run: its page follows it live to its end, no reload.
+                slow = synthetic_request(days=3, events=4, turn_ms=600, run_id="live")
+                await stub.CreateRun(slow, metadata=alice)
+                await page.js("location.hash = '#/runs/live'")
+                await page.until("document.querySelector('#run-state [data-state=RUNNING]') !== null")
+                seen = int(await page.until("document.getElementById('main').dataset.events"))
+                await page.until(f"Number(document.getElementById('main').dataset.events) > {seen}")
+                await page.screenshot("run-live.png")
+                navigations = sum(1 for e in page.events if e["method"] == "Page.frameNavigated")
+                await page.until("document.querySelector('#run-state [data-state=SUCCEEDED]') !== null", 90)
+                assert sum(1 for e in page.events if e["method"] == "Page.frameNavigated") == navigations
+                _, live_events = await _api(base, "/api/v1/runs/live/events", "alice")
+                live_fires = sum(1 for e in live_events["events"] if e["kind"] == "fire")
+                await page.until(f"document.querySelector('#timeline').getAttribute('data-fires') === '{live_fires}'")
+                await page.screenshot("run-live-ended.png")
+
+                # The list shows states live too.
+                await page.js("location.hash = '#/runs?state=SUCCEEDED'")
+                await page.until("document.querySelectorAll('tr.run-row').length === 2")
+                assert page.problems(allow_network_404=True) == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
