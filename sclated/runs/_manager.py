@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import contextlib
 import dataclasses
 import functools
@@ -22,7 +23,7 @@ import shutil
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1016,7 +1017,7 @@ class RunManager:
             self._admit()
             return self._view(live.row)
 
-    async def watch(self, tenant: str, name: str, after_seq: int = 0) -> AsyncIterator[EventRow]:
+    async def watch(self, tenant: str, name: str, after_seq: int = 0) -> AsyncGenerator[EventRow, None]:
         if after_seq < 0:
             raise InvalidArgument("after_seq must not be negative", field="after_seq")
         row = await self._get_row(tenant, name)
@@ -1225,7 +1226,7 @@ class RunManager:
         self._live.pop(live.key, None)
 
     # -- read-only views (the run viewer) -------------------------------------------
-    async def calls(self, tenant: str, name: str) -> list[dict[str, Any]]:
+    async def calls(self, tenant: str, name: str) -> Sequence[dict[str, Any]]:
         """The run's captured model calls as stored (records: role, timings, usage, token
         ids, logprobs, request and response), by start time."""
         row = await self._get_row(tenant, name)
@@ -1234,11 +1235,11 @@ class RunManager:
         await self._check_still_kept(row.name, "its captured calls")
         return sorted(records, key=lambda r: int((r.get("timings") or {}).get("start_ns") or 0))
 
-    async def children(self, tenant: str, name: str) -> list[RunView]:
+    async def children(self, tenant: str, name: str) -> Sequence[RunView]:
         """The runs branched from this run's snapshots (their ``parent`` is it), oldest first."""
         row = await self._get_row(tenant, name)
         parent = f"runs/{_run_id_of(row.name)}"
-        out: list[RunView] = []
+        out: builtins.list[RunView] = []
         token = ""
         while True:
             page, token = await self.list(tenant, page_size=MAX_PAGE_SIZE, page_token=token)

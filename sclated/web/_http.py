@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any, Protocol
 
@@ -59,8 +59,8 @@ class MetricsSource(Protocol):
 
 _MANAGER = web.AppKey("manager", RunManager)
 _TOKENS = web.AppKey("tokens", TokenTable)
-_METRICS = web.AppKey("metrics", object)
-_SERVING = web.AppKey("serving", object)
+_METRICS: web.AppKey[MetricsSource | None] = web.AppKey("metrics")
+_SERVING: web.AppKey[Callable[[], bool]] = web.AppKey("serving")
 
 
 def _finite(value: Any) -> Any:
@@ -173,7 +173,7 @@ async def _errors(request: web.Request, handler: Callable[[web.Request], Awaitab
 def _tenant(request: web.Request) -> str:
     """The token's tenant (Unauthenticated: 401); 503 until the daemon serves."""
     tenant = request.app[_TOKENS].tenant_for(request.headers.get("Authorization"))
-    if not request.app[_SERVING]():  # type: ignore[operator]
+    if not request.app[_SERVING]():
         raise Unavailable("the daemon is starting", reason="STARTING")
     return tenant
 
@@ -184,14 +184,14 @@ def _name(request: web.Request) -> str:
 
 # -- handlers ---------------------------------------------------------------------------
 async def _healthz(request: web.Request) -> web.Response:
-    if request.app[_SERVING]():  # type: ignore[operator]
+    if request.app[_SERVING]():
         return web.Response(text="ok\n")
     return web.Response(text="not serving (starting or stopping)\n", status=503)
 
 
 async def _metrics(request: web.Request) -> web.Response:
     request.app[_TOKENS].tenant_for(request.headers.get("Authorization"))
-    source: MetricsSource | None = request.app[_METRICS]  # type: ignore[assignment]
+    source = request.app[_METRICS]
     if source is None:
         raise NotFound("this daemon serves no metrics")
     resp = web.Response(body=source.render())
@@ -246,7 +246,7 @@ async def _run(request: web.Request) -> web.Response:
     view = await manager.get(tenant, name)
     snapshots = await manager.list_snapshots(tenant, name)
     children = await manager.children(tenant, name)
-    group: list[RunView] = []
+    group: Sequence[RunView] = ()
     if view.spec.group:
         with contextlib.suppress(NotFound):
             group = await manager.group_runs(tenant, view.spec.group)

@@ -81,13 +81,17 @@ async def test_only_get_and_head_and_refused_before_auth(served: Served) -> None
         status, body = await served.get("/api/v1/runs", None, method)
         assert status == 405, (method, body)
         assert "read-only" in body["error"]
-    async with served.http.head(served.base + "/api/v1/runs", headers={"Authorization": f"Bearer {TOKENS['bob']}"}) as r:
+    async with served.http.head(
+        served.base + "/api/v1/runs", headers={"Authorization": f"Bearer {TOKENS['bob']}"}
+    ) as r:
         assert r.status == 200
 
 
 async def test_reads_need_a_known_bearer_token(served: Served) -> None:
     assert (await served.get("/api/v1/runs"))[0] == 401
-    async with served.http.get(served.base + "/api/v1/runs", headers={"Authorization": "Bearer not-a-token-at-all"}) as r:
+    async with served.http.get(
+        served.base + "/api/v1/runs", headers={"Authorization": "Bearer not-a-token-at-all"}
+    ) as r:
         assert r.status == 401 and "unknown bearer token" in (await r.json())["error"]
     async with served.http.get(served.base + "/api/v1/runs", headers={"Authorization": "Basic abc"}) as r:
         assert r.status == 401

@@ -89,9 +89,12 @@ class Page:
         out = []
         for ev in self.events:
             method, params = ev["method"], ev.get("params", {})
-            if method == "Runtime.exceptionThrown":
-                out.append(params)
-            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert", "warning"):
+            console_error = method == "Runtime.consoleAPICalled" and params.get("type") in (
+                "error",
+                "assert",
+                "warning",
+            )
+            if method == "Runtime.exceptionThrown" or console_error:
                 out.append(params)
             elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
                 entry = params["entry"]

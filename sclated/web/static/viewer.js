@@ -552,7 +552,9 @@ class RunPage {
       if (c.prompt_token_ids) d.append(el("div", { class: "who" }, `prompt token ids (${c.prompt_token_ids.length})`), tokenRow(c.prompt_token_ids, null, null));
       for (const cp of c.completions || []) {
         if (!cp.token_ids) continue;
-        d.append(el("div", { class: "who" }, `completion ${cp.index} token ids (${cp.token_ids.length})`), tokenRow(cp.token_ids, cp.logprobs, masks.get(c.call_id)));
+        const pieces = completionPieces(c.response, cp.index, cp.token_ids.length);
+        d.append(el("div", { class: "who" }, `completion ${cp.index}: ${cp.token_ids.length} tokens` + (pieces ? " (text of each token from the response's logprobs)" : " (ids)")),
+          tokenRow(cp.token_ids, cp.logprobs, masks.get(c.call_id), pieces));
       }
       return d;
     }));
@@ -682,7 +684,18 @@ function lossMasks(samples) {
   return out;
 }
 
-function tokenRow(ids, logprobs, mask) {
+// The text of each sampled token, where the response carries it (OpenAI logprobs:
+// chat's logprobs.content[].token, completions' logprobs.tokens); null otherwise.
+function completionPieces(resp, index, count) {
+  if (!resp || typeof resp !== "object" || !Array.isArray(resp.choices)) return null;
+  const choice = resp.choices.find((c) => c.index === index) || resp.choices[index];
+  const lp = choice && choice.logprobs;
+  if (!lp) return null;
+  const pieces = Array.isArray(lp.content) ? lp.content.map((t) => t.token) : Array.isArray(lp.tokens) ? lp.tokens : null;
+  return pieces && pieces.length === count ? pieces : null;
+}
+
+function tokenRow(ids, logprobs, mask, pieces) {
   const row = el("div", { class: "tokens" });
   ids.forEach((id, i) => {
     const lp = logprobs ? logprobs[i] : null;
@@ -690,7 +703,8 @@ function tokenRow(ids, logprobs, mask) {
     const m = mask ? mask[i] : undefined;
     const cls = m === 0 ? "masked" : m === 1 ? "trained" : "";
     row.append(el("span", { class: cls, style: p === null ? null : `background: rgba(47,111,214,${(0.08 + 0.6 * p).toFixed(2)})`,
-      "data-tip": `token ${id}` + (lp === null || lp === undefined ? "" : `\nlogprob ${lp.toFixed(3)} (p ${p.toFixed(3)})`) + (m === undefined ? "" : `\nloss mask ${m}`) }, id));
+      "data-tip": `token ${id}` + (pieces ? ` ${JSON.stringify(pieces[i])}` : "") + (lp === null || lp === undefined ? "" : `\nlogprob ${lp.toFixed(3)} (p ${p.toFixed(3)})`) + (m === undefined ? "" : `\nloss mask ${m}`) },
+      pieces ? pieces[i] : id));
   });
   return row;
 }
