@@ -30,6 +30,8 @@ from tests.api.conftest import TOKENS, synthetic_request
 
 pytestmark = pytest.mark.e2e
 ARTEFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artefacts" / "web"
+SHOWS_NO_OBJECT = "!document.body.innerText.includes('[object ')"
+"""No value on the page was turned into text by mistake (an element or a list in a text node)."""
 
 
 class Page:
@@ -185,6 +187,7 @@ async def test_the_viewer_in_chromium(tmp_path: Path) -> None:
                 await page.until("document.querySelectorAll('tr.run-row').length === 1")
                 assert await page.js("location.hash") == "#/runs", "the token leaves the address bar"
                 assert await page.js("document.getElementById('tenant').textContent") == "tenant alice"
+                assert await page.js(SHOWS_NO_OBJECT), "a value rendered as [object ...]"
                 await page.screenshot("runs.png")
 
                 # A finished run: every fire on the timeline, its rounds, its measurements.
@@ -205,6 +208,7 @@ async def test_the_viewer_in_chromium(tmp_path: Path) -> None:
                     const t = document.getElementById('tooltip'); return t.hidden ? '' : t.textContent; })()"""
                 )
                 assert tip.startswith("fire "), tip
+                await page.screenshot("run-finished.png")
                 moved = await page.js(
                     """(() => { const s = document.getElementById('timeline');
                     const last = () => [...s.querySelectorAll('circle.fire')].map(c => c.getAttribute('cx')).join();
@@ -214,7 +218,8 @@ async def test_the_viewer_in_chromium(tmp_path: Path) -> None:
                     return before !== last(); })()"""
                 )
                 assert moved, "a wheel over the timeline zooms it"
-                await page.screenshot("run-finished.png")
+                await page.screenshot("run-finished-zoomed.png")
+                assert await page.js(SHOWS_NO_OBJECT), "a value rendered as [object ...]"
                 assert page.problems() == []
 
                 # Another tenant's run: 404 from the API, "not found" on the page.
@@ -242,6 +247,7 @@ async def test_the_viewer_in_chromium(tmp_path: Path) -> None:
                 live_fires = sum(1 for e in live_events["events"] if e["kind"] == "fire")
                 await page.until(f"document.querySelector('#timeline').getAttribute('data-fires') === '{live_fires}'")
                 await page.screenshot("run-live-ended.png")
+                assert await page.js(SHOWS_NO_OBJECT), "a value rendered as [object ...]"
 
                 # The list shows states live too.
                 await page.js("location.hash = '#/runs?state=SUCCEEDED'")

@@ -19,7 +19,7 @@ function el(tag, attrs, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -29,7 +29,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 function svg(tag, attrs, ...children) {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) node.setAttribute(k, String(v));
-  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   return node;
 }
 function fmtWall(ns) { return ns ? new Date(ns / 1e6).toISOString().replace("T", " ").slice(0, 19) + "Z" : "–"; }
@@ -350,7 +350,10 @@ class RunPage {
   timelineData() {
     const fires = [], jumps = [], turns = [], memory = [];
     const prompts = [];
-    const walls = this.events.map((e) => e.wall_ns);
+    // Wall time from the first fire, jump or turn to the last (a run's state events
+    // come before admission and after its report: they would squeeze the plot).
+    const timed = this.events.filter((e) => e.kind === "fire" || e.kind === "jump" || e.kind === "turn");
+    const walls = (timed.length ? timed : this.events).map((e) => e.wall_ns);
     const origin = walls.length ? Math.min(...walls) : 0;
     const sims = this.events.filter((e) => e.kind === "fire" || e.kind === "jump" || e.kind === "turn").map((e) => e.sim_ns);
     for (const e of this.events) {
