@@ -42,7 +42,8 @@ function fmtSpan(s) {
   if (a >= 86400) return (s / 86400).toFixed(a >= 864000 ? 0 : 1) + "d";
   if (a >= 3600) return (s / 3600).toFixed(1) + "h";
   if (a >= 60) return (s / 60).toFixed(1) + "m";
-  return s.toFixed(a >= 10 ? 0 : 2) + "s";
+  if (a >= 1 || a === 0) return s.toFixed(a >= 10 ? 0 : 2) + "s";
+  return (s * 1000).toFixed(a >= 0.01 ? 0 : 2) + "ms";
 }
 function fmtMs(ns) { return ns === null || ns === undefined ? "–" : (ns / 1e6).toFixed(1) + " ms"; }
 function stateBadge(state) { return el("span", { class: "state " + state, "data-state": state }, state); }
@@ -718,6 +719,7 @@ async function route() {
   if (pageAbort) pageAbort.abort();
   pageAbort = new AbortController();
   const gen = pageGeneration;
+  tooltip.hidden = true;
   takeTokenFromFragment();
   showTokenForm(false);
   const hash = location.hash.replace(/^#\/?/, "") || "runs";
