@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any, Protocol
@@ -32,6 +31,7 @@ from sclated.errors import (
     Unauthenticated,
     Unavailable,
 )
+from sclated.report import finite_json
 from sclated.runs import RunManager, RunView, SnapshotView
 
 __all__ = ["HttpListener", "MetricsSource", "build_app"]
@@ -63,20 +63,9 @@ _METRICS: web.AppKey[MetricsSource | None] = web.AppKey("metrics")
 _SERVING: web.AppKey[Callable[[], bool]] = web.AppKey("serving")
 
 
-def _finite(value: Any) -> Any:
-    """Strict JSON has no NaN/Infinity (a compression limit can be inf): null instead."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(
-        text=json.dumps(_finite(data), allow_nan=False, default=str),
+        text=json.dumps(finite_json(data), allow_nan=False, default=str),
         status=status,
         content_type="application/json",
     )
@@ -292,9 +281,9 @@ async def _events(request: web.Request) -> web.StreamResponse:
     await resp.prepare(request)
     try:
         if first is not None:
-            await resp.write(json.dumps(_finite(_event_json(first)), default=str).encode() + b"\n")
+            await resp.write(json.dumps(finite_json(_event_json(first)), default=str).encode() + b"\n")
             async for ev in stream:
-                await resp.write(json.dumps(_finite(_event_json(ev)), default=str).encode() + b"\n")
+                await resp.write(json.dumps(finite_json(_event_json(ev)), default=str).encode() + b"\n")
         await resp.write(b'{"end": true}\n')
     except (ConnectionResetError, SclateError) as exc:
         log.debug("watch stream of %s ended: %s", name, exc)
