@@ -26,7 +26,9 @@ from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench import start_daemon_process
+from sclated.daemon import Daemon, DaemonConfig
 from tests.api.conftest import TOKENS, synthetic_request
+from tests.runs.capture_records import scenario
 
 pytestmark = pytest.mark.e2e
 ARTEFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artefacts" / "web"
@@ -256,3 +258,59 @@ async def test_the_viewer_in_chromium(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
+
+
+async def test_captured_calls_and_trajectories_in_chromium(tmp_path: Path) -> None:
+    """A run's captured calls (a tool call, a failed call and its retry, a memory call, a
+    sub-agent's) seeded in a real store as the proxy records them: the calls view shows
+    each with its tokens shaded and masked, the graph one node per call of the samples."""
+    daemon = Daemon(DaemonConfig(state_dir=tmp_path / "state", listen="127.0.0.1:0", http_listen="127.0.0.1:0"))
+    await daemon.start()
+    try:
+        async with grpc.aio.insecure_channel(daemon.tcp_address or "") as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = await stub.CreateRun(synthetic_request(run_id="called"))
+            async for _ in stub.WatchRun(pb.WatchRunRequest(name=run.name)):
+                pass
+        records = scenario("runs/called").records
+        first = records[0]
+        pieces = ["I", " will", " list", " files"]
+        logprobs = first["completions"][0]["logprobs"]
+        first["response"]["choices"][0]["logprobs"] = {
+            "content": [{"token": t, "logprob": lp} for t, lp in zip(pieces, logprobs, strict=True)]
+        }
+        for r in records:
+            assert await daemon.store.put_call("local/called", r["call_id"], r["role"], r)
+        assert daemon.http is not None
+        base = f"http://{daemon.http.address}"
+        async with aiohttp.ClientSession() as http, http.get(base + "/api/v1/runs/called/trajectories") as resp:
+            samples = (await resp.json())["samples"]
+        assert samples, "the seeded calls make trajectories"
+        nodes = {c for s in samples for c in s["call_ids"]}
+
+        async with chromium(tmp_path / "profile") as page:
+            await page.send("Page.navigate", url=f"{base}/#/runs/called")
+            await page.until("document.getElementById('main')?.dataset.stream === 'ended'")
+            assert await page.js("document.querySelectorAll('details.call').length") == len(records)
+            await page.js("document.querySelectorAll('details.call').forEach(d => d.open = true)")
+            row = await page.js(
+                "[...document.querySelector('details.call[data-call=\"call-a1\"]').querySelectorAll('.tokens')]"
+                ".map(r => [...r.children].map(s => s.textContent))"
+            )
+            assert row == [[str(t) for t in first["prompt_token_ids"]], pieces], row
+            shaded = await page.js(
+                "document.querySelectorAll('details.call[data-call=\"call-a1\"] .tokens span[style*=background]')"
+                ".length"
+            )
+            assert shaded == len(pieces), "each sampled token is shaded by its probability"
+            assert await page.js("document.querySelectorAll('.tokens span.trained').length") > 0
+            # The tool call the model asked for, in the turn whose time it fell in.
+            tool = await page.js("[...document.querySelectorAll('.turnbox .tool')].map(p => p.innerText)")
+            assert tool == ['tool call ls\n{"path": "/data"}'], tool
+            assert await page.js("document.querySelectorAll('#trajgraph rect.node').length") == len(nodes)
+            assert await page.js(SHOWS_NO_OBJECT), "a value rendered as [object ...]"
+            await page.js("document.getElementById('sec-calls').scrollIntoView()")
+            await page.screenshot("run-calls.png")
+            assert page.problems() == []
+    finally:
+        await daemon.stop()

@@ -276,6 +276,7 @@ class RunPage {
     // The run ended: its results, captured calls and trajectories are final now.
     await this.refresh();
     this.render();
+    main.setAttribute("data-stream", "ended");
   }
 
   setLive(on) {
@@ -511,14 +512,15 @@ class RunPage {
     const body = document.getElementById("conversation-body");
     const turns = this.events.filter((e) => e.kind === "turn");
     if (!turns.length) { body.replaceChildren(el("p", { class: "muted" }, "No agent turn yet.")); return; }
-    // Tool calls the model asked for, from the captured calls, by the turn they fell in (wall time).
-    const toolCalls = this.calls.flatMap((c) => toolCallsOf(c).map((t) => ({ ...t, wall: c.timings ? c.timings.end_ns : 0 })));
+    // Tool calls the model asked for, from the captured calls, in the turn they fell in:
+    // a call's timings are on the sandbox's clock, the simulated one, as a turn's end is.
+    const toolCalls = this.calls.flatMap((c) => toolCallsOf(c).map((t) => ({ ...t, at: c.timings ? c.timings.end_ns : 0 })));
     body.replaceChildren(...turns.map((e, i) => {
       const p = e.payload;
       const box = el("div", { class: "turnbox" },
         el("div", { class: "who" }, `turn ${i + 1}` + (p.round_id ? ` · round ${p.round_id}` : "") + (p.session ? ` · session ${p.session}` : "") + ` · ${fmtSim(e.sim_ns)}` + (p.delivery_delay_ms ? ` · delivered after ${Number(p.delivery_delay_ms).toFixed(1)} ms` : "")));
       if (p.prompt !== undefined) box.append(el("div", { class: "user" }, el("div", { class: "who" }, "delivered"), el("pre", {}, p.prompt + (p.prompt_truncated ? " …" : ""))));
-      const tools = toolCalls.filter((t) => t.turn === undefined && t.wall <= e.wall_ns && t.wall > (i ? turns[i - 1].wall_ns : 0));
+      const tools = toolCalls.filter((t) => t.at <= e.sim_ns && (i === 0 || t.at > turns[i - 1].sim_ns));
       for (const t of tools) box.append(el("div", { class: "tool" }, el("div", { class: "who" }, "tool call " + t.name), el("pre", {}, t.args)));
       box.append(el("div", { class: "agent" }, el("div", { class: "who" }, "reply"), el("pre", {}, (p.reply || "") + (p.reply_truncated ? ` … (${p.reply_chars} characters)` : ""))));
       if (p.harness_error) box.append(el("p", { class: "error" }, p.harness_error));
@@ -549,7 +551,7 @@ class RunPage {
       const d = el("details", { class: "call", "data-call": c.call_id, open: open.has(c.call_id) }, summary);
       d.append(el("dl", { class: "kv" },
         [["call", c.call_id], ["thread", c.thread + (c.turn !== null && c.turn !== undefined ? " turn " + c.turn : "")], ["status", c.status],
-          ["started", fmtWall(t.start_ns)], ["finish", c.finish_reason || comp.finish_reason || "–"], ["error", c.error || "–"]]
+          ["started (sandbox clock)", fmtSim(t.start_ns)], ["finish", c.finish_reason || comp.finish_reason || "–"], ["error", c.error || "–"]]
           .map(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "–")])));
       d.append(el("div", { class: "who" }, "request"), el("pre", {}, requestText(c.request)));
       d.append(el("div", { class: "who" }, "response"), el("pre", {}, responseText(c.response)));
@@ -586,7 +588,7 @@ class RunPage {
     const maxDepth = Math.max(...depthOf.values());
     const colW = 150, rowH = 34, W = Math.max(600, (maxDepth + 1) * colW + 40), H = rowCount * rowH + 20;
     const pos = (id) => [20 + depthOf.get(id) * colW, 10 + rows.get(id) * rowH];
-    const g = svg("svg", { id: "trajgraph", viewBox: `0 0 ${W} ${H}`, height: H });
+    const g = svg("svg", { id: "trajgraph", viewBox: `0 0 ${W} ${H}`, height: H, preserveAspectRatio: "xMinYMin meet" });
     for (const e of edges.values()) {
       const [ax, ay] = pos(e.from), [bx, by] = pos(e.to);
       g.append(svg("path", { class: "edge", d: `M${ax + 120},${ay + 12} C${ax + 135},${ay + 12} ${bx - 15},${by + 12} ${bx},${by + 12}` }));
