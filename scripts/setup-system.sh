@@ -21,9 +21,9 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v objdump >/dev/null 2>&1 || need+=(binutils)
 command -v chattr >/dev/null 2>&1 || need+=(e2fsprogs)
-# The run viewer's browser test drives Debian's headless Chromium (tests/web).
+# The run viewer's browser test drives Debian's headless Chromium over the DevTools
+# protocol (tests/web): no chromedriver needed.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
-command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
 
 if [ ${#need[@]} -gt 0 ]; then
