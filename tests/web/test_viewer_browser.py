@@ -314,3 +314,57 @@ async def test_captured_calls_and_trajectories_in_chromium(tmp_path: Path) -> No
             assert page.problems() == []
     finally:
         await daemon.stop()
+
+
+@pytest.mark.docker
+@pytest.mark.model
+async def test_a_tiny_metaclaw_run_in_chromium(tmp_path: Path) -> None:
+    """MetaClaw's tiny scenario (its first day) with the reference harness in a Docker
+    sandbox and the embedded model: the page shows every fire, every captured call with
+    its sampled tokens, and the trajectories, with no console error."""
+    proc, ready = await start_daemon_process(tmp_path / "state", "--http-listen", "127.0.0.1:0")
+    base = f"http://{ready['http']}"
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=["day01"]),
+                agent=pb.AgentSpec(harness="reference"),
+            )
+            run.agent.options.update({"max_tokens": 24, "max_steps": 2})
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="tiny"))
+            async for _ in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
+                pass
+        async with aiohttp.ClientSession() as http:
+            async with http.get(base + "/api/v1/runs/tiny") as resp:
+                got = (await resp.json())["run"]
+            async with http.get(base + "/api/v1/runs/tiny/events") as resp:
+                events = (await resp.json())["events"]
+            async with http.get(base + "/api/v1/runs/tiny/calls") as resp:
+                calls = (await resp.json())["calls"]
+        assert got["state"] == "SUCCEEDED", got["reason"]
+        fires = sum(1 for e in events if e["kind"] == "fire")
+        sampled = [c for c in calls if any(cp.get("token_ids") for cp in c.get("completions", []))]
+        assert fires > 0 and sampled, (fires, len(calls))
+
+        async with chromium(tmp_path / "profile") as page:
+            await page.send("Page.navigate", url=f"{base}/#/runs/tiny")
+            await page.until("document.getElementById('main')?.dataset.stream === 'ended'", 60)
+            assert await page.js("document.querySelectorAll('#timeline circle.fire').length") == fires
+            assert await page.js("document.querySelectorAll('details.call').length") == len(calls)
+            rounds = got["results"]["rounds"]
+            assert await page.js("document.querySelectorAll('#rounds tr.round-row').length") == rounds
+            first = sampled[0]
+            await page.js(f"document.querySelector('details.call[data-call=\"{first['call_id']}\"]').open = true")
+            shown = await page.js(
+                f"document.querySelector('details.call[data-call=\"{first['call_id']}\"] .tokens:last-of-type')"
+                ".children.length"
+            )
+            assert shown == len(first["completions"][-1]["token_ids"])
+            assert await page.js("document.querySelectorAll('#trajgraph rect.node').length") > 0
+            assert await page.js(SHOWS_NO_OBJECT), "a value rendered as [object ...]"
+            await page.screenshot("run-metaclaw-tiny.png")
+            assert page.problems() == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
