@@ -12,6 +12,7 @@ from its URL fragment, which the browser never sends.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -163,7 +164,7 @@ def _tenant(request: web.Request) -> str:
     """The token's tenant (Unauthenticated: 401); 503 until the daemon serves."""
     tenant = request.app[_TOKENS].tenant_for(request.headers.get("Authorization"))
     if not request.app[_SERVING]():
-        raise Unavailable("the daemon is starting", reason="STARTING")
+        raise Unavailable("the daemon is not serving (starting or stopping)", reason="NOT_SERVING")
     return tenant
 
 
@@ -190,25 +191,31 @@ async def _metrics(request: web.Request) -> web.Response:
 
 def _static(name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
-        return _static_file(name)
+        return await _static_file(name)
 
     return handler
 
 
-def _static_file(name: str) -> web.Response:
+def _read_static(name: str) -> bytes | None:
+    path = resources.files("sclated.web").joinpath("static", name)
+    return path.read_bytes() if path.is_file() else None
+
+
+async def _static_file(name: str) -> web.Response:
+    """One of the viewer's files (a flat folder: no path, no hidden file, known types)."""
     suffix = name[name.rfind(".") :]
     if "/" in name or name.startswith(".") or suffix not in _STATIC_TYPES:
         raise NotFound(f"no file {name!r}")
-    path = resources.files("sclated.web").joinpath("static", name)
-    if not path.is_file():
+    body = await asyncio.to_thread(_read_static, name)
+    if body is None:
         raise NotFound(f"no file {name!r}")
-    resp = web.Response(body=path.read_bytes(), content_type=_STATIC_TYPES[suffix])
+    resp = web.Response(body=body, content_type=_STATIC_TYPES[suffix])
     resp.headers["Cache-Control"] = "no-cache"
     return resp
 
 
 async def _asset(request: web.Request) -> web.Response:
-    return _static_file(request.match_info["file"])
+    return await _static_file(request.match_info["file"])
 
 
 async def _whoami(request: web.Request) -> web.Response:
