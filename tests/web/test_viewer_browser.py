@@ -251,9 +251,18 @@ async def test_the_viewer_in_chromium(tmp_path: Path) -> None:
                 await page.screenshot("run-live-ended.png")
                 assert await page.js(SHOWS_NO_OBJECT), "a value rendered as [object ...]"
 
-                # The list shows states live too.
-                await page.js("location.hash = '#/runs?state=SUCCEEDED'")
-                await page.until("document.querySelectorAll('tr.run-row').length === 2")
+                # The list shows states live too: a run seen RUNNING turns SUCCEEDED in place.
+                await stub.CreateRun(synthetic_request(days=2, events=3, turn_ms=600, run_id="live2"), metadata=alice)
+                await page.js("location.hash = '#/runs'")
+                row = "document.querySelector('tr.run-row[data-run=\"runs/live2\"] [data-state=%s]') !== null"
+                await page.until(row % "RUNNING")
+                await page.until(row % "SUCCEEDED", 90)
+                assert sum(1 for e in page.events if e["method"] == "Page.frameNavigated") == navigations
+                await page.js("location.hash = '#/runs?state=SUCCEEDED&harness=scripted'")
+                await page.until("document.querySelectorAll('tr.run-row').length === 3")
+                await page.js("location.hash = '#/runs?label=who%3Ddone'")
+                await page.until("document.querySelectorAll('tr.run-row').length === 1")
+                assert await page.js("document.querySelector('tr.run-row').dataset.run") == "runs/done"
                 assert page.problems(allow_network_404=True) == []
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -186,7 +186,11 @@ function fireKind(ev) {
   const effects = ev.payload.effects || [];
   return effects.length ? effects[0] : "none";
 }
-function isCron(ev) { return /cron/i.test(ev.payload.source || "") || /cron/i.test(ev.payload.event_id || ""); }
+// A cron job: a command run in the sandbox on schedule (a benchmark's routine or one the
+// harness scheduled itself), the fires whose work holds a "cron" lease.
+function isCron(ev) {
+  return (ev.payload.effects || []).includes("exec_in_sandbox") || /cron/i.test(ev.payload.source || "") || /cron/i.test(ev.payload.event_id || "");
+}
 
 class RunPage {
   constructor(runName, gen) {
