@@ -8,10 +8,11 @@ shutdown order (temporalio's lesson: announce, stop taking work, drain,
 cancel the rest, then close):
 
     the scheduled full garbage collections stop, watchdog pings stop,
-    STOPPING=1, health NOT_SERVING, no new calls,
+    STOPPING=1, health NOT_SERVING (the HTTP /healthz and reads: 503), no new calls,
     runs drain for drain_grace_s and the rest are interrupted and persisted,
     open calls end, the container engine and the embedded model close,
-    the store closes, the socket file goes, the ready file goes last.
+    the store closes, the HTTP listener closes (its watch streams ended with
+    the runs), the socket file goes, the ready file goes last.
 """
 
 from __future__ import annotations
