@@ -12,6 +12,7 @@ from sclated.runs._manager import (
     RunView,
     parse_run_name,
 )
+from sclated.runs._observe import NO_RUNS_OBSERVER, RunsObserver, StateCounts
 from sclated.runs._registry import AgentEntry, Registry, default_registry
 from sclated.runs._retention import HistoryExpiry, Retention, SweepReport, format_duration, parse_duration
 from sclated.runs._snapshots import RestorePlan, SnapshotView
@@ -30,6 +31,7 @@ from sclated.runs._worker import RunOutcome, RunSink, RunWorker, load_scenario, 
 __all__ = [
     "ACTIVE_STATES",
     "JUDGE_MAX_TOKENS",
+    "NO_RUNS_OBSERVER",
     "TERMINAL_STATES",
     "AgentEntry",
     "AgentRef",
@@ -54,7 +56,9 @@ __all__ = [
     "RunSummary",
     "RunView",
     "RunWorker",
+    "RunsObserver",
     "SnapshotView",
+    "StateCounts",
     "SweepReport",
     "Turn",
     "ask_judge",
