@@ -6,6 +6,7 @@ from sclated.runs._judge import JUDGE_MAX_TOKENS, JudgeConfig, ask_judge
 from sclated.runs._loop import EffectExecutor, RunLoop, RunObserver, RunSummary, Turn
 from sclated.runs._manager import (
     ACTIVE_STATES,
+    STATES,
     TERMINAL_STATES,
     ManagerConfig,
     RunManager,
@@ -32,6 +33,7 @@ __all__ = [
     "ACTIVE_STATES",
     "JUDGE_MAX_TOKENS",
     "NO_RUNS_OBSERVER",
+    "STATES",
     "TERMINAL_STATES",
     "AgentEntry",
     "AgentRef",

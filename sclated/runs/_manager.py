@@ -59,13 +59,14 @@ from sclated.runs._trajectories import export_run, export_run_group, reward_mode
 from sclated.runs._worker import RunOutcome, RunWorker, load_scenario
 from sclated.store import EventRow, JournalRow, RunRow, Store, WriteBatch
 
-__all__ = ["ACTIVE_STATES", "TERMINAL_STATES", "ManagerConfig", "RunManager", "RunView"]
+__all__ = ["ACTIVE_STATES", "STATES", "TERMINAL_STATES", "ManagerConfig", "RunManager", "RunView"]
 
 log = logging.getLogger("sclated.runs")
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING"})
 STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "INTERRUPTED")
+"""Every state a run can be in."""
 _SHUTDOWN_FLUSH_S = 30.0
 """How long a shutdown waits for its last write (a full disk may never take it)."""
 MAX_PAGE_SIZE = 1000

@@ -36,12 +36,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sclated.capture import CallRecord, failure_cause
+from sclated.runs import STATES
 
 __all__ = ["MAX_LABEL_VALUES", "RUN_STATES", "DaemonMetrics", "MetricsSource", "RunsView"]
 
 MAX_LABEL_VALUES = 64
 """Distinct values one label of one metric takes before the rest count as ``other``."""
-RUN_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "INTERRUPTED")
+RUN_STATES = STATES
+"""Each tenant's runs are shown in every state, 0 included (a series that vanishes reads as no data)."""
 SANDBOX_MODES = ("fresh", "adopt", "restore")
 SANDBOX_OUTCOMES = ("started", "failed", "cancelled")
 SNAPSHOT_OUTCOMES = ("saved", "restored", "failed")
@@ -164,106 +166,99 @@ class DaemonMetrics:
             ProcessCollector(namespace="sclate", registry=reg)
         self._runs: _RunsCollector | None = None
 
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, labels, registry=reg)
+
+        def histogram(name: str, doc: str, buckets: Sequence[float], *labels: str) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=reg)
+
+        def gauge(name: str, doc: str, *labels: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=reg)
+
         # -- scheduler and clock (RunsObserver) --
-        fires = Counter("sclate_scheduler_fires", "Events fired, by their first effect's kind", ["kind"], registry=reg)
-        self._fires = _Children(fires.labels)
-        self._lateness = Histogram(
+        self._fires = _Children(
+            counter("sclate_scheduler_fires", "Events fired, by their first effect's kind", "kind").labels
+        )
+        self._lateness = histogram(
             "sclate_scheduler_fire_lateness_seconds",
             "How far past its due time each event fired, in simulated seconds",
-            buckets=_LATENESS_S,
-            registry=reg,
+            _LATENESS_S,
         )
-        self._jumps = Counter("sclate_clock_jumps", "Clock jumps over idle simulated time", registry=reg)
-        self._skipped = Counter(
-            "sclate_clock_skipped_seconds", "Simulated seconds the clocks jumped over", registry=reg
-        )
-        self._delivery = Histogram(
+        self._jumps = counter("sclate_clock_jumps", "Clock jumps over idle simulated time")
+        self._skipped = counter("sclate_clock_skipped_seconds", "Simulated seconds the clocks jumped over")
+        self._delivery = histogram(
             "sclate_delivery_delay_seconds",
             "Wall seconds from a message's fire to the agent's receipt (lateness included while the clock flows)",
-            buckets=_DELAY_S,
-            registry=reg,
+            _DELAY_S,
         )
-        snapshots = Counter(
-            "sclate_snapshots", "Snapshots saved, restored (runs put at one) and failed", ["outcome"], registry=reg
+        self._snapshots = _Children(
+            counter("sclate_snapshots", "Snapshots saved, restored (runs put at one) and failed", "outcome").labels
         )
-        self._snapshots = _Children(snapshots.labels)
         for outcome in SNAPSHOT_OUTCOMES:
             self._snapshots.get(outcome)
 
-        # -- captured model calls (CaptureObserver) --
-        calls = Counter(
-            "sclate_model_calls",
-            "Captured model calls, by role and outcome (ok or the failure's cause)",
-            ["role", "outcome"],
-            registry=reg,
+        # -- captured model calls (CaptureObserver); the role comes from a sandbox: capped --
+        by_call = ("role", "outcome")
+        self._calls = _Children(
+            counter(
+                "sclate_model_calls", "Captured model calls, by role and outcome (ok or why it failed)", *by_call
+            ).labels,
+            capped=(0,),
         )
-        prompt = Counter(
-            "sclate_model_prompt_tokens", "Prompt tokens of captured model calls", ["role", "outcome"], registry=reg
+        self._prompt = _Children(
+            counter("sclate_model_prompt_tokens", "Prompt tokens of captured model calls", *by_call).labels,
+            capped=(0,),
         )
-        completion = Counter(
-            "sclate_model_completion_tokens",
-            "Completion tokens of captured model calls",
-            ["role", "outcome"],
-            registry=reg,
+        self._completion = _Children(
+            counter("sclate_model_completion_tokens", "Completion tokens of captured model calls", *by_call).labels,
+            capped=(0,),
         )
-        latency = Histogram(
-            "sclate_model_call_seconds",
-            "Wall seconds from a model call's request to its end",
-            ["role"],
-            buckets=_MODEL_CALL_S,
-            registry=reg,
+        self._call_latency = _Children(
+            histogram(
+                "sclate_model_call_seconds",
+                "Wall seconds from a model call's request to its end",
+                _MODEL_CALL_S,
+                "role",
+            ).labels,
+            capped=(0,),
         )
-        self._calls = _Children(calls.labels, capped=(0,))
-        self._prompt = _Children(prompt.labels, capped=(0,))
-        self._completion = _Children(completion.labels, capped=(0,))
-        self._call_latency = _Children(latency.labels, capped=(0,))
 
         # -- sandboxes (SandboxObserver) --
-        starts = Counter(
-            "sclate_sandbox_starts", "Sandbox starts, by mode and outcome", ["mode", "outcome"], registry=reg
+        self._starts = _Children(
+            counter("sclate_sandbox_starts", "Sandbox starts, by mode and outcome", "mode", "outcome").labels
         )
-        start_s = Histogram(
-            "sclate_sandbox_start_seconds",
-            "Wall seconds a sandbox took to start (successful starts)",
-            ["mode"],
-            buckets=_SANDBOX_START_S,
-            registry=reg,
+        self._start_s = _Children(
+            histogram(
+                "sclate_sandbox_start_seconds",
+                "Wall seconds a sandbox took to start (successful starts)",
+                _SANDBOX_START_S,
+                "mode",
+            ).labels
         )
-        self._starts = _Children(starts.labels)
-        self._start_s = _Children(start_s.labels)
         for mode in SANDBOX_MODES:
             for outcome in SANDBOX_OUTCOMES:
                 self._starts.get(mode, outcome)
 
         # -- the store (StoreObserver; called on the store's thread) --
-        self._commit_s = Histogram(
-            "sclate_store_commit_seconds",
-            "Wall seconds of each store transaction (BEGIN to COMMIT)",
-            buckets=_COMMIT_S,
-            registry=reg,
+        self._commit_s = histogram(
+            "sclate_store_commit_seconds", "Wall seconds of each store transaction (BEGIN to COMMIT)", _COMMIT_S
         )
-        self._commit_records = Histogram(
+        self._commit_records = histogram(
             "sclate_store_commit_records",
             "Rows each store transaction wrote (events, journal entries, run updates)",
-            buckets=_COMMIT_RECORDS,
-            registry=reg,
+            _COMMIT_RECORDS,
         )
-        self._db_bytes = Gauge(
-            "sclate_store_database_bytes", "The database's files on disk (main, WAL, shared memory)", registry=reg
-        )
+        self._db_bytes = gauge("sclate_store_database_bytes", "The database's files on disk (main, WAL, shared memory)")
 
         # -- the API (ApiObserver) --
-        requests = Counter(
-            "sclate_api_requests", "API calls, by method and final gRPC status code", ["method", "code"], registry=reg
+        self._requests = _Children(
+            counter("sclate_api_requests", "API calls, by method and final gRPC status code", "method", "code").labels
         )
-        streams = Gauge(
-            "sclate_api_streams_open",
-            "Server streams open (WatchRun, WatchGroup, StreamTrajectories)",
-            ["method"],
-            registry=reg,
+        self._streams = _Children(
+            gauge(
+                "sclate_api_streams_open", "Server streams open (WatchRun, WatchGroup, StreamTrajectories)", "method"
+            ).labels
         )
-        self._requests = _Children(requests.labels)
-        self._streams = _Children(streams.labels)
 
     # -- serving ----------------------------------------------------------------------
     def render(self) -> bytes:
