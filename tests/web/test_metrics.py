@@ -148,6 +148,26 @@ async def test_runs_by_state_follow_creates_cancels_and_deletes_and_agree_with_t
     assert manager.state_counts() == await api.daemon.store.state_counts() == {(LOCAL_TENANT, "CANCELLED"): 1}
 
 
+async def test_a_restarted_daemon_shows_the_runs_its_store_holds(tmp_path: Path) -> None:
+    config = DaemonConfig(state_dir=tmp_path / "state", listen="127.0.0.1:0")
+    first = Daemon(config)
+    await first.start()
+    try:
+        async with grpc.aio.insecure_channel(first.tcp_address or "") as ch:
+            api = Api(first, pb_grpc.SclateStub(ch), ch)
+            await api.watch_all((await api.create(days=1, events=1)).name)
+    finally:
+        await first.stop()
+    second = Daemon(config)
+    await second.start()
+    try:
+        scrape = Scrape(second.metrics)
+        assert scrape.get("sclate_runs", tenant=LOCAL_TENANT, state="SUCCEEDED") == 1
+        assert scrape.get("sclate_api_requests_total", method="CreateRun", code="OK") == 0  # a new process counts anew
+    finally:
+        await second.stop()
+
+
 async def test_snapshots_saved_and_restored_are_counted(api: Api) -> None:
     metrics = api.daemon.metrics
     run = await api.create(run_id="source", days=3, events=2, turn_ms=250)
