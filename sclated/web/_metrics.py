@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 from sclated.capture import CallRecord, failure_cause
 from sclated.runs import STATES
 
-__all__ = ["MAX_LABEL_VALUES", "RUN_STATES", "DaemonMetrics", "MetricsSource", "RunsView"]
+__all__ = ["MAX_LABEL_VALUES", "RUN_STATES", "DaemonMetrics", "RunsView"]
 
 MAX_LABEL_VALUES = 64
 """Distinct values one label of one metric takes before the rest count as ``other``."""
@@ -55,14 +55,6 @@ _DELAY_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 _LATENESS_S = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0)
 _MODEL_CALL_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 _SANDBOX_START_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
-
-
-class MetricsSource(Protocol):
-    """What the HTTP listener serves at ``/metrics``."""
-
-    content_type: str
-
-    def render(self) -> bytes: ...
 
 
 class RunsView(Protocol):
@@ -155,7 +147,8 @@ class _RunsCollector(Collector):
 
 
 class DaemonMetrics:
-    """The daemon's metrics and every room's observer (see the module docstring)."""
+    """The daemon's metrics and every room's observer (see the module docstring); what the
+    HTTP listener's ``/metrics`` serves (``render()`` and ``content_type``, its MetricsSource)."""
 
     content_type: str = CONTENT_TYPE_LATEST
 
