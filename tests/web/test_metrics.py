@@ -189,6 +189,14 @@ async def test_snapshots_saved_and_restored_are_counted(api: Api) -> None:
     )
     await api.stub.CancelRun(pb.CancelRunRequest(name=branch.name))
     assert Scrape(metrics).by("sclate_snapshots_total", "outcome") == {"saved": 1.0, "restored": 1.0, "failed": 0.0}
+    # Restored into its own run, the ended source is PENDING again: counted, and moved from CANCELLED.
+    await api.stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot=snap.name))
+    scrape = Scrape(metrics)
+    assert scrape.get("sclate_snapshots_total", outcome="restored") == 2
+    assert scrape.get("sclate_runs", tenant=LOCAL_TENANT, state="CANCELLED") == 1  # the branch
+    await api.stub.CancelRun(pb.CancelRunRequest(name=run.name))
+    manager = api.daemon.manager
+    assert manager.state_counts() == await api.daemon.store.state_counts() == {(LOCAL_TENANT, "CANCELLED"): 2}
 
 
 # -- the store --------------------------------------------------------------------------------------
