@@ -16,12 +16,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
+from adapters.scripted import ScriptedAgent
 from sclated.api import LOCAL_TENANT
 from sclated.capture import CaptureSink, MemoryRecordStore
 from sclated.clock import ClockConfig, ClockMode, LeaseTable, SimClock
 from sclated.daemon import Daemon, DaemonConfig
-from sclated.errors import SclateError
+from sclated.errors import FailedPrecondition, SclateError
 from sclated.model import EmbeddedModel
+from sclated.runs import RunManager, RunWorker
 from sclated.runtime import Limits
 from sclated.sandbox import SandboxOptions, SandboxServices, SandboxSession, SessionConfig, SessionStart
 from sclated.store import EventRow, RunRow, Store, WriteBatch
@@ -29,6 +31,7 @@ from sclated.web import MAX_LABEL_VALUES, RUN_STATES, DaemonMetrics
 from tests.api.conftest import Api
 from tests.api.test_api import expect_error
 from tests.runs.capture_records import call
+from tests.runs.doubles import NullSink, synthetic_with
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -197,6 +200,23 @@ async def test_snapshots_saved_and_restored_are_counted(api: Api) -> None:
     await api.stub.CancelRun(pb.CancelRunRequest(name=run.name))
     manager = api.daemon.manager
     assert manager.state_counts() == await api.daemon.store.state_counts() == {(LOCAL_TENANT, "CANCELLED"): 2}
+
+
+async def test_a_snapshot_that_cannot_be_taken_is_counted_as_failed(tmp_path: Path) -> None:
+    metrics = DaemonMetrics(process=False)
+    registry, spec = synthetic_with("scripted", ScriptedAgent, days=1, events_per_day=1)
+    store = Store(tmp_path / "state.db")
+    await store.open()
+    try:
+        manager = RunManager(store, registry, runs_dir=tmp_path / "runs", observer=metrics)
+        # A real worker that was never started: it has no agent ready to save.
+        worker = RunWorker("t/r1", spec, registry, NullSink())
+        with pytest.raises(FailedPrecondition, match="starting or stopping"):
+            await manager.snapshots.save("t/r1", "t", worker, "s1")
+    finally:
+        await store.close()
+    assert Scrape(metrics).by("sclate_snapshots_total", "outcome") == {"saved": 0.0, "restored": 0.0, "failed": 1.0}
+    assert not (tmp_path / "runs" / "t" / "r1" / "snapshots" / "s1").exists()
 
 
 # -- the store --------------------------------------------------------------------------------------
