@@ -60,7 +60,7 @@ from sclated.runs import (
 from sclated.runtime import SnapshotInfo
 from sclated.sandbox import SandboxServices, short_sockets_dir
 from sclated.store import Store
-from sclated.web import HttpListener, MetricsSource, build_app
+from sclated.web import DaemonMetrics, HttpListener, build_app
 
 __all__ = ["Daemon", "ReadyFile", "Steps", "data_roots_for"]
 
@@ -190,12 +190,12 @@ class Daemon:
     (or after a failed start: it has nothing left to do). Start a new
     ``Daemon`` to start again."""
 
-    def __init__(
-        self, config: DaemonConfig, *, registry: Registry | None = None, metrics: MetricsSource | None = None
-    ) -> None:
+    def __init__(self, config: DaemonConfig, *, registry: Registry | None = None) -> None:
         self.config = config
+        self.metrics = DaemonMetrics()
+        """Every room's observer, and what ``/metrics`` serves (see sclated.web)."""
         self.tokens = TokenTable(config.tokens_file)
-        self.store = Store(config.state_dir / "sclated.db")
+        self.store = Store(config.state_dir / "sclated.db", observer=self.metrics)
         self.daemon_id = ""
         """Read (or made) in the state directory by ``start()``."""
         self.services = SandboxServices(
@@ -204,6 +204,8 @@ class Daemon:
             store=self.store,
             model=EmbeddedModel(log_path=config.state_dir / "model-server.log", n_ctx=config.model_n_ctx),
             sockets_dir=short_sockets_dir(config.state_dir),
+            observer=self.metrics,
+            capture_observer=self.metrics,
         )
         registry = registry or default_registry(self.services)
         self.data_roots = data_roots_for(config, registry.builtin_data())
@@ -220,15 +222,15 @@ class Daemon:
             ),
             runs_dir=config.state_dir / "runs",
             data_roots=self.data_roots,
+            observer=self.metrics,
         )
+        self.metrics.watch_runs(self.manager)
         self.manager.judge_factory = self._judge_for
         self.manager.on_delete = self._forget_run
         self.health = HealthServicer()
         self.grpc: GrpcServer | None = None
         self.listeners: list[Listener] = listeners_for(config)
         self.ready_file = ReadyFile(config.ready_file) if config.ready_file is not None else None
-        self.metrics = metrics
-        """What the HTTP listener's /metrics serves (None: 404)."""
         self.http: HttpListener | None = None
         """The HTTP listener (the run viewer, /metrics, /healthz), when ``http_listen`` is set."""
         self._serving = False
@@ -318,7 +320,7 @@ class Daemon:
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
         ]
-        server = GrpcServer(grpc.aio.server(interceptors=[SclateInterceptor(self.tokens)], options=opts))
+        server = GrpcServer(grpc.aio.server(interceptors=[SclateInterceptor(self.tokens, self.metrics)], options=opts))
         self.grpc = server
         steps.push("grpc server", server.stopped)
         for listener in self.listeners:
