@@ -88,14 +88,46 @@ async def _ensure_images(progress: Progress) -> None:
 
 async def _start_daemon(
     state_dir: Path, progress: Progress, data_dir: Path | None = None
-) -> tuple[asyncio.subprocess.Process, str]:
+) -> tuple[asyncio.subprocess.Process, str, str]:
+    """The daemon, its gRPC address and its HTTP one (the run viewer, on loopback)."""
     from sclated.bench import data_root_args, start_daemon_process
 
     progress(f"daemon: starting sclated (state in {state_dir})")
     # The data directory is the daemon's data root: it reads no host path outside its roots.
-    proc, ready = await start_daemon_process(state_dir, "--drain-grace-s", "5", *data_root_args(data_dir))
-    progress(f"daemon: serving on {ready['tcp']} and {ready['unix']}")
-    return proc, str(ready["tcp"])
+    proc, ready = await start_daemon_process(
+        state_dir, "--drain-grace-s", "5", "--http-listen", "127.0.0.1:0", *data_root_args(data_dir)
+    )
+    progress(f"daemon: serving on {ready['tcp']} and {ready['unix']}; the run viewer on http://{ready['http']}/")
+    return proc, str(ready["tcp"]), str(ready["http"])
+
+
+def viewer_url(http: str, run_name: str) -> str:
+    """Where the run viewer shows ``run_name`` (``runs/ID``)."""
+    return f"http://{http}/#/{run_name}"
+
+
+VIEWER_PORT = 7480
+"""The port `sclated demo` suggests for serving the viewer again (any free one does)."""
+
+
+def serve_again_command(state_dir: Path) -> str:
+    """The command that serves a finished demo's runs in the viewer again."""
+    exe = Path(sys.executable).with_name("sclated")
+    return f"{exe} --state-dir {state_dir} --listen 127.0.0.1:0 --http-listen 127.0.0.1:{VIEWER_PORT}"
+
+
+async def serve_viewer(state_dir: Path, run_name: str, progress: Progress) -> None:
+    """A daemon on ``state_dir`` serving the viewer until cancelled (Ctrl-C), then stopped."""
+    from sclated.bench import start_daemon_process
+
+    proc, ready = await start_daemon_process(state_dir, "--drain-grace-s", "1", "--http-listen", "127.0.0.1:0")
+    progress(f"viewer: {viewer_url(str(ready['http']), run_name)}  (serving until Ctrl-C)")
+    try:
+        await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.shield(proc.wait())
 
 
 def _fmt_sim(ts: Any) -> str:
@@ -119,7 +151,7 @@ async def run_e2e(
     state_dir = out_dir / "state"
     await _check_model(model_url, out_dir, progress)
     await _ensure_images(progress)
-    proc, addr = await _start_daemon(state_dir, progress, data_dir)
+    proc, addr, http = await _start_daemon(state_dir, progress, data_dir)
     t0 = time.monotonic()
     try:
         async with grpc.aio.insecure_channel(addr) as channel:
@@ -139,6 +171,7 @@ async def run_e2e(
                 run.agent.options.update(harness_options)
             created = await stub.CreateRun(pb.CreateRunRequest(run=run, request_id=f"e2e-{time.time_ns()}"))
             progress(f"run: {created.name} created; the embedded model starts with the first sandbox")
+            progress(f"viewer: {viewer_url(http, created.name)}  (live while the run runs)")
             async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
                 kind = ev.WhichOneof("kind")
                 when = _fmt_sim(ev.sim_time)
@@ -193,6 +226,7 @@ async def run_e2e(
     out["exports"] = exports
     out["export_rows"] = export_rows
     out["wall_s_total"] = time.monotonic() - t0
+    out["state_dir"] = str(state_dir)
     return out
 
 
@@ -292,6 +326,12 @@ def run_demo_cli(argv: list[str]) -> int:
         "--model-url", help="an OpenAI-compatible endpoint for the agent (default: the embedded model)", default=None
     )
     p.add_argument("--json", action="store_true", help="print the final run as JSON")
+    p.add_argument(
+        "--serve",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="after the report, serve the run viewer until Ctrl-C (default: when stdin is a terminal)",
+    )
     args = p.parse_args(argv)
     if args.data_dir is not None and not args.data_dir.is_dir():
         print(f"sclated demo: --data-dir {args.data_dir} is not a directory", file=sys.stderr)
@@ -333,6 +373,19 @@ def run_demo_cli(argv: list[str]) -> int:
         print(json.dumps(run, indent=2))
     else:
         _print_report(run)
+    state_dir = Path(run["state_dir"])
+    serve = sys.stdin.isatty() if args.serve is None else args.serve
+    if serve:
+        try:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(serve_viewer(state_dir, run["name"], progress))
+        except KeyboardInterrupt:
+            progress("viewer: stopped")
+    else:
+        progress(
+            f"viewer: to see the run again, serve it with\n  {serve_again_command(state_dir)}\n"
+            f"and open http://127.0.0.1:{VIEWER_PORT}/#/{run['name']}"
+        )
     problems = demo_problems(run)
     if problems:
         print(

@@ -2,7 +2,8 @@
 # Installs and starts what sclate needs from the operating system, skipping
 # what is already there: the Docker engine (Debian's docker.io), debootstrap
 # (to make the local base image), a C compiler and make (libfaketime's thread-safe
-# library for the sandbox image is compiled from source), cron and libfaketime.
+# library for the sandbox image is compiled from source), cron, libfaketime and
+# headless Chromium (the run viewer's browser test).
 # Idempotent; run as root.
 set -euo pipefail
 
@@ -20,6 +21,9 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v objdump >/dev/null 2>&1 || need+=(binutils)
 command -v chattr >/dev/null 2>&1 || need+=(e2fsprogs)
+# The run viewer's browser test drives Debian's headless Chromium over the DevTools
+# protocol (tests/web): no chromedriver needed.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(libfaketime)
 
 if [ ${#need[@]} -gt 0 ]; then

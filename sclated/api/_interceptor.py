@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Any
 import grpc
 
 from sclated.api._auth import TokenTable, current_tenant
+from sclated.api._observer import NO_API_OBSERVER, ApiObserver
 from sclated.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -48,6 +50,18 @@ def status_for(exc: SclateError) -> grpc.StatusCode:
         if isinstance(exc, cls):
             return code
     return grpc.StatusCode.UNKNOWN
+
+
+def _code_name(exc: BaseException, context: grpc.aio.ServicerContext) -> str:
+    """The status a call that raised ``exc`` ends with (what _abort sends)."""
+    code: Any = grpc.StatusCode.INTERNAL
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+        code = grpc.StatusCode.CANCELLED  # the client went away (or the server is stopping)
+    elif isinstance(exc, grpc.aio.AbortError):
+        code = context.code()
+    elif isinstance(exc, SclateError):
+        code = status_for(exc)
+    return str(code.name) if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
 
 def _header_value(text: str) -> str:
@@ -120,8 +134,10 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
 
 
 class SclateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no type information
-    def __init__(self, tokens: TokenTable) -> None:
+    def __init__(self, tokens: TokenTable, observer: ApiObserver = NO_API_OBSERVER) -> None:
         self._tokens = tokens
+        self._observer = observer
+        """Told how every call ended and when server streams open and end (the daemon's metrics)."""
 
     def _tenant(self, context: grpc.aio.ServicerContext) -> str:
         auth = None
@@ -139,18 +155,25 @@ class SclateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # gr
         method = handler_call_details.method
         if handler is None or method.startswith(_OPEN_PREFIXES):
             return handler
+        # The method's own name (a handler exists: one of the service's, a bounded set).
+        name = method.rsplit("/", 1)[-1]
+        observer = self._observer
         if handler.unary_unary is not None:
             inner_uu = handler.unary_unary
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                code = "OK"
                 try:
                     current_tenant.set(self._tenant(context))
                     _check_decoded(request)
                     return await inner_uu(request, context)
-                except (SclateError, Exception) as exc:
-                    if isinstance(exc, grpc.aio.AbortError):
+                except BaseException as exc:
+                    code = _code_name(exc, context)
+                    if not isinstance(exc, Exception) or isinstance(exc, grpc.aio.AbortError):
                         raise
                     await _abort(context, exc)
+                finally:
+                    observer.on_request(name, code)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
@@ -161,15 +184,21 @@ class SclateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # gr
             inner_us = handler.unary_stream
 
             async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                code = "OK"
+                observer.on_stream(name, 1)
                 try:
                     current_tenant.set(self._tenant(context))
                     _check_decoded(request)
                     async for item in inner_us(request, context):
                         yield item
-                except (SclateError, Exception) as exc:
-                    if isinstance(exc, grpc.aio.AbortError):
+                except BaseException as exc:
+                    code = _code_name(exc, context)
+                    if not isinstance(exc, Exception) or isinstance(exc, grpc.aio.AbortError):
                         raise
                     await _abort(context, exc)
+                finally:
+                    observer.on_stream(name, -1)
+                    observer.on_request(name, code)
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream,

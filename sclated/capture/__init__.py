@@ -19,6 +19,7 @@ from sclated.capture._export import (
 )
 from sclated.capture._failures import FAILURE_CAUSES, failure_cause
 from sclated.capture._groups import Grouping, GroupRow, export_group, group_rows
+from sclated.capture._observer import NO_CAPTURE_OBSERVER, CaptureObserver
 from sclated.capture._record import (
     API_KINDS,
     MAX_CONTROL_LINE_BYTES,
@@ -53,10 +54,12 @@ __all__ = [
     "FAILURE_CAUSES",
     "LEFT_OUT_REASONS",
     "MAX_CONTROL_LINE_BYTES",
+    "NO_CAPTURE_OBSERVER",
     "REWARD_MODES",
     "SCHEMA_VERSION",
     "UNREWARDED_POLICIES",
     "CallRecord",
+    "CaptureObserver",
     "CaptureSink",
     "Chunk",
     "Completion",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from sclated.capture._observer import NO_CAPTURE_OBSERVER, CaptureObserver
 from sclated.capture._record import CallRecord
 from sclated.errors import InvalidArgument, ResourceExhausted
 
@@ -77,8 +78,10 @@ class CaptureSink:
         leases: LeaseHolder,
         *,
         call_ttl_ns: int = DEFAULT_CALL_TTL_NS,
+        observer: CaptureObserver = NO_CAPTURE_OBSERVER,
     ) -> None:
         self._store = store
+        self._observer = observer
         self._leases = leases
         self._ttl_ns = call_ttl_ns
         self._held: dict[tuple[str, str], tuple[Any, object]] = {}
@@ -150,4 +153,7 @@ class CaptureSink:
         # check-then-insert is not atomic.
         async with self._lock:
             stored = await self._store.put(record)
+        if stored:
+            # Only a first delivery: a call the proxy sent again is one call.
+            self._observer.on_call_captured(record)
         return {"stored": stored}

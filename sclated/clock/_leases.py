@@ -117,6 +117,14 @@ class LeaseTable:
             out[h.lease.name] = out.get(h.lease.name, 0) + 1
         return out
 
+    def kinds(self) -> dict[str, int]:
+        """How many leases each kind of work holds right now."""
+        out: dict[str, int] = {}
+        # A copy first: a reader on another thread (a metrics scrape) never sees the table change under it.
+        for h in list(self._held.values()):
+            out[h.lease.kind] = out.get(h.lease.kind, 0) + 1
+        return out
+
     def diagnostics(self) -> list[LeaseInfo]:
         """Who holds what, since when, oldest first."""
         return sorted((h.info() for h in self._held.values()), key=lambda i: i.acquired_wall_ns)

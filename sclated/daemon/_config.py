@@ -27,6 +27,7 @@ __all__ = [
     "check_data_roots",
     "check_executor",
     "check_startup",
+    "listen_address_problem",
     "load_config",
     "tcp_listen_problem",
 ]
@@ -41,6 +42,9 @@ class DaemonConfig:
     state_dir: Path
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     """TCP "HOST:PORT" (port 0 picks one); empty: no TCP listener."""
+    http_listen: str = ""
+    """TCP "HOST:PORT" of the HTTP listener (the run viewer, /metrics, /healthz; port 0
+    picks one); empty: none."""
     unix_socket: str = ""
     """Empty: sclated.sock in $RUNTIME_DIRECTORY (systemd) or the state directory; "-": none."""
     tokens_file: Path | None = None
@@ -102,16 +106,12 @@ class DaemonConfig:
 
     def validate(self) -> DaemonConfig:
         """Raises :class:`ConfigError` naming the key (``field``) that is wrong."""
-        if self.listen:
-            host, sep, port = self.listen.rpartition(":")
-            if not sep or not host or not port.isdigit() or int(port) > 65535:
-                raise ConfigError(f"listen {self.listen!r} must be HOST:PORT (port 0-65535)", field="listen")
-            if self.tokens_file is None and not _is_loopback(host.strip("[]")):
-                raise ConfigError(
-                    f"listen {self.listen!r} is not a loopback address: without a tokens_file the daemon serves "
-                    "one tenant without authentication, so it only listens on loopback (set tokens_file)",
-                    field="listen",
-                )
+        for key in ("listen", "http_listen"):
+            address = getattr(self, key)
+            if address:
+                problem = listen_address_problem(address, authenticated=self.tokens_file is not None)
+                if problem is not None:
+                    raise ConfigError(f"{key} {address!r} {problem}", field=key)
         if not self.listen and self.unix_socket == "-":
             raise ConfigError("no listener: set listen or unix_socket", field="listen")
         if self.tls_cert is not None and self.tls_key is None:
@@ -174,6 +174,20 @@ class DaemonConfig:
         return self
 
 
+def listen_address_problem(address: str, *, authenticated: bool) -> str | None:
+    """What is wrong with ``address`` as a TCP listener's "HOST:PORT", or None: the
+    gRPC ``listen`` and the HTTP ``http_listen`` take the same rule."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        return "must be HOST:PORT (port 0-65535)"
+    if not authenticated and not _is_loopback(host.strip("[]")):
+        return (
+            "is not a loopback address: without a tokens_file the daemon serves one tenant without "
+            "authentication, so it only listens on loopback (set tokens_file)"
+        )
+    return None
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -185,6 +199,7 @@ def _is_loopback(host: str) -> bool:
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "listen": (str,),
+    "http_listen": (str,),
     "unix_socket": (str,),
     "max_running": (int,),
     "tenant_max_running": (int,),
@@ -211,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--listen",
         help=f"TCP HOST:PORT (default 127.0.0.1:{DEFAULT_PORT}; port 0 picks one; '' for none)",
+    )
+    p.add_argument(
+        "--http-listen",
+        metavar="HOST:PORT",
+        help="the HTTP listener: the run viewer, /metrics and /healthz (port 0 picks one; default none)",
     )
     p.add_argument("--unix-socket", help="Unix socket path ('-' for none)")
     p.add_argument("--state-dir", type=Path, help="where the database and run files live")
@@ -406,7 +426,9 @@ def check_startup(config: DaemonConfig) -> None:
     if config.tls_cert is not None and config.tls_key is not None:
         _check_tls(config.tls_cert, config.tls_key)
     if config.listen:
-        _check_tcp(config.listen)
+        _check_tcp(config.listen, "listen")
+    if config.http_listen:
+        _check_tcp(config.http_listen, "http_listen")
     socket_path = config.unix_socket_path
     if socket_path is not None:
         _check_unix_socket(socket_path)
@@ -514,10 +536,10 @@ def _check_tls(cert: Path, key: Path) -> None:
         raise ConfigError("not an unencrypted PEM private key", path=key, field="tls_key") from None
 
 
-def _check_tcp(listen: str) -> None:
+def _check_tcp(listen: str, key: str) -> None:
     problem = tcp_listen_problem(listen)
     if problem is not None:
-        raise ConfigError(f"listen {listen!r}: {problem}", field="listen")
+        raise ConfigError(f"{key} {listen!r}: {problem}", field=key)
 
 
 def tcp_listen_problem(listen: str) -> str | None:

@@ -8,10 +8,11 @@ shutdown order (temporalio's lesson: announce, stop taking work, drain,
 cancel the rest, then close):
 
     the scheduled full garbage collections stop, watchdog pings stop,
-    STOPPING=1, health NOT_SERVING, no new calls,
+    STOPPING=1, health NOT_SERVING (the HTTP /healthz and reads: 503), no new calls,
     runs drain for drain_grace_s and the rest are interrupted and persisted,
     open calls end, the container engine and the embedded model close,
-    the store closes, the socket file goes, the ready file goes last.
+    the store closes, the HTTP listener closes (its watch streams ended with
+    the runs), the socket file goes, the ready file goes last.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ from sclated.runs import (
     DataRoots,
     Executor,
     JudgeConfig,
-    LocalExecutor,
     ManagerConfig,
     Registry,
     RunManager,
@@ -62,6 +62,7 @@ from sclated.runs import (
 from sclated.runtime import SnapshotInfo
 from sclated.sandbox import SandboxServices, short_sockets_dir
 from sclated.store import Store
+from sclated.web import DaemonMetrics, HttpListener, build_app
 
 __all__ = ["Daemon", "ReadyFile", "Steps", "data_roots_for"]
 
@@ -186,11 +187,11 @@ class ReadyFile:
             self._written = False
 
 
-def executor_for(config: DaemonConfig, registry: Registry) -> Executor:
-    """The configured executor. Ray's is imported only when configured: the local
-    path never loads Ray."""
+def executor_for(config: DaemonConfig, registry: Registry) -> Executor | None:
+    """The configured executor; None for the local one (the manager's own, which it gives
+    its observer). Ray's is imported only when configured: the local path never loads Ray."""
     if config.executor != "ray":
-        return LocalExecutor(registry)
+        return None
     check_executor(config)
     from sclated.cluster import ClusterConfig, RayExecutor
 
@@ -214,8 +215,10 @@ class Daemon:
 
     def __init__(self, config: DaemonConfig, *, registry: Registry | None = None) -> None:
         self.config = config
+        self.metrics = DaemonMetrics()
+        """Every room's observer, and what ``/metrics`` serves (see sclated.web)."""
         self.tokens = TokenTable(config.tokens_file)
-        self.store = Store(config.state_dir / "sclated.db")
+        self.store = Store(config.state_dir / "sclated.db", observer=self.metrics)
         self.daemon_id = ""
         """Read (or made) in the state directory by ``start()``."""
         self.services = SandboxServices(
@@ -224,6 +227,8 @@ class Daemon:
             store=self.store,
             model=EmbeddedModel(log_path=config.state_dir / "model-server.log", n_ctx=config.model_n_ctx),
             sockets_dir=short_sockets_dir(config.state_dir),
+            observer=self.metrics,
+            capture_observer=self.metrics,
         )
         registry = registry or default_registry(self.services)
         self.data_roots = data_roots_for(config, registry.builtin_data())
@@ -240,14 +245,19 @@ class Daemon:
             ),
             runs_dir=config.state_dir / "runs",
             data_roots=self.data_roots,
+            observer=self.metrics,
             executor=executor_for(config, registry),
         )
+        self.metrics.watch_runs(self.manager)
         self.manager.judge_factory = self._judge_for
         self.manager.on_delete = self._forget_run
         self.health = HealthServicer()
         self.grpc: GrpcServer | None = None
         self.listeners: list[Listener] = listeners_for(config)
         self.ready_file = ReadyFile(config.ready_file) if config.ready_file is not None else None
+        self.http: HttpListener | None = None
+        """The HTTP listener (the run viewer, /metrics, /healthz), when ``http_listen`` is set."""
+        self._serving = False
         self.steps = Steps()
         self._started = False
         self._at = ""
@@ -334,13 +344,33 @@ class Daemon:
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
         ]
-        server = GrpcServer(grpc.aio.server(interceptors=[SclateInterceptor(self.tokens)], options=opts))
+        server = GrpcServer(grpc.aio.server(interceptors=[SclateInterceptor(self.tokens, self.metrics)], options=opts))
         self.grpc = server
         steps.push("grpc server", server.stopped)
         for listener in self.listeners:
             self._at = f"{listener.kind} listener"
             listener.bind(server)
             steps.push(f"{listener.kind} listener", listener.close)
+
+        # The HTTP listener binds with the others; /healthz says 503 and the reads wait
+        # until the daemon serves, and it closes after the runs drained (it answers 503
+        # meanwhile, and its watch streams see the runs end).
+        if cfg.http_listen:
+            self._at = "http listener"
+            app = build_app(self.manager, self.tokens, metrics=self.metrics, serving=self._is_serving)
+            http = HttpListener(cfg.http_listen, app, shutdown_timeout_s=5.0)
+            try:
+                await http.start()
+            except OSError as exc:
+                await _let_go("half-open http listener", http.close)
+                raise ConfigError(
+                    f"http_listen {cfg.http_listen!r}: cannot listen there: {exc.strerror or exc}", field="http_listen"
+                ) from None
+            except BaseException:
+                await _let_go("half-open http listener", http.close)
+                raise
+            self.http = http
+            steps.push("http listener", http.close)
 
         self._at = "store"
         try:
@@ -396,12 +426,20 @@ class Daemon:
         self._at = "health"
         await self.health.set("", _HEALTH.SERVING)
         await self.health.set(_SERVICE, _HEALTH.SERVING)
-        steps.push("health", self.health.enter_graceful_shutdown)
+        self._serving = True
+        steps.push("health", self._not_serving)
 
         if self.ready_file is not None:
             self._at = "ready file (write)"
             unix = self.unix_path
-            self.ready_file.write({"tcp": self.tcp_address, "unix": str(unix) if unix else None, "pid": os.getpid()})
+            self.ready_file.write(
+                {
+                    "tcp": self.tcp_address,
+                    "unix": str(unix) if unix else None,
+                    "http": self.http.address if self.http is not None else None,
+                    "pid": os.getpid(),
+                }
+            )
 
         self._at = "ready"
         notify(f"READY=1\nSTATUS=serving on {self.tcp_address or ''} {self.unix_path or ''}".strip())
@@ -417,13 +455,26 @@ class Daemon:
         self.gc.start()
         steps.push("garbage collector", self.gc.stop)
 
-        log.info("sclated serving on tcp=%s unix=%s state=%s", self.tcp_address, self.unix_path, cfg.state_dir)
+        log.info(
+            "sclated serving on tcp=%s unix=%s http=%s state=%s",
+            self.tcp_address,
+            self.unix_path,
+            self.http.address if self.http is not None else None,
+            cfg.state_dir,
+        )
         roots = self.data_roots.describe()
         log.info(
             "data roots: %s%s",
             ", ".join(roots["default"]),
             "".join(f"; tenant {t}: {', '.join(r)}" for t, r in roots["tenants"].items()),
         )
+
+    def _is_serving(self) -> bool:
+        return self._serving and not self._stopping
+
+    async def _not_serving(self) -> None:
+        self._serving = False
+        await self.health.enter_graceful_shutdown()
 
     def _announce_stopping(self) -> None:
         notify("STOPPING=1")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPORT_SCHEMA", "ReportPaths", "Timeline", "write_report"]
+__all__ = ["REPORT_SCHEMA", "ReportPaths", "Timeline", "finite_json", "write_report"]
 
 REPORT_SCHEMA = 1
 JSON_NAME = "report.json"
@@ -132,19 +132,19 @@ def write_report(out_dir: Path, *, run_name: str, results: dict[str, Any], timel
 # -- JSON --------------------------------------------------------------------------
 
 
-def _finite(value: Any) -> Any:
+def finite_json(value: Any) -> Any:
     """Strict JSON has no NaN/Infinity (``compression_limit`` can be inf): use null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
+        return {str(k): finite_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [finite_json(v) for v in value]
     return value
 
 
 def _dump_json(doc: dict[str, Any]) -> str:
-    return json.dumps(_finite(doc), indent=2, allow_nan=False, default=str) + "\n"
+    return json.dumps(finite_json(doc), indent=2, allow_nan=False, default=str) + "\n"
 
 
 def _report_doc(run_name: str, results: dict[str, Any], tl: Timeline, paths: ReportPaths) -> dict[str, Any]:

@@ -7,12 +7,14 @@ from sclated.runs._judge import JUDGE_MAX_TOKENS, JudgeConfig, ask_judge
 from sclated.runs._loop import EffectExecutor, RunLoop, RunObserver, RunSummary, Turn
 from sclated.runs._manager import (
     ACTIVE_STATES,
+    STATES,
     TERMINAL_STATES,
     ManagerConfig,
     RunManager,
     RunView,
     parse_run_name,
 )
+from sclated.runs._observe import NO_RUNS_OBSERVER, RunsObserver, StateCounts
 from sclated.runs._registry import AgentEntry, Registry, default_registry
 from sclated.runs._retention import HistoryExpiry, Retention, SweepReport, format_duration, parse_duration
 from sclated.runs._snapshots import RestorePlan, SnapshotView
@@ -31,6 +33,8 @@ from sclated.runs._worker import RunOutcome, RunSink, RunWorker, load_scenario, 
 __all__ = [
     "ACTIVE_STATES",
     "JUDGE_MAX_TOKENS",
+    "NO_RUNS_OBSERVER",
+    "STATES",
     "TERMINAL_STATES",
     "AdmittedRun",
     "AgentEntry",
@@ -60,7 +64,9 @@ __all__ = [
     "RunSummary",
     "RunView",
     "RunWorker",
+    "RunsObserver",
     "SnapshotView",
+    "StateCounts",
     "SweepReport",
     "Turn",
     "ask_judge",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapters import Judge
+from sclated.runs._observe import NO_RUNS_OBSERVER, RunsObserver
 from sclated.runs._registry import Registry
 from sclated.runs._spec import RunSpec
 from sclated.runs._worker import RunOutcome, RunSink, RunWorker
@@ -134,8 +135,9 @@ class _LocalExecution:
 class LocalExecutor:
     """The worker runs in the daemon's own event loop (the default; one host)."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, observer: RunsObserver = NO_RUNS_OBSERVER) -> None:
         self._registry = registry
+        self._observer = observer
 
     @property
     def name(self) -> str:
@@ -155,6 +157,7 @@ class LocalExecutor:
             journal=run.journal,
             judge=judge,
             run_dir=run.run_dir,
+            observer=self._observer,
         )
         worker.restore_from = run.restore_from
         return _LocalExecution(worker, sink, run.running_reason)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import contextlib
 import dataclasses
 import functools
@@ -22,7 +23,7 @@ import shutil
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ from sclated.runs._health import (
     summarize_calls,
     summarize_components,
 )
+from sclated.runs._observe import NO_RUNS_OBSERVER, RunsObserver, StateCounts
 from sclated.runs._registry import Registry
 from sclated.runs._retention import HistoryExpiry, Retention, check_events_kept, check_history_kept
 from sclated.runs._snapshots import RestorePlan, Snapshots, SnapshotView
@@ -59,13 +61,14 @@ from sclated.runs._trajectories import export_run, export_run_group, reward_mode
 from sclated.runs._worker import RunOutcome, RunWorker, load_scenario
 from sclated.store import EventRow, JournalRow, RunRow, Store, WriteBatch
 
-__all__ = ["ACTIVE_STATES", "TERMINAL_STATES", "ManagerConfig", "RunManager", "RunView"]
+__all__ = ["ACTIVE_STATES", "STATES", "TERMINAL_STATES", "ManagerConfig", "RunManager", "RunView"]
 
 log = logging.getLogger("sclated.runs")
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 ACTIVE_STATES = frozenset({"PENDING", "RUNNING"})
 STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "INTERRUPTED")
+"""Every state a run can be in."""
 _SHUTDOWN_FLUSH_S = 30.0
 """How long a shutdown waits for its last write (a full disk may never take it)."""
 MAX_PAGE_SIZE = 1000
@@ -356,10 +359,15 @@ class RunManager:
         *,
         runs_dir: Path | None = None,
         data_roots: DataRoots | None = None,
+        observer: RunsObserver = NO_RUNS_OBSERVER,
         executor: Executor | None = None,
     ) -> None:
         self.store = store
-        self.executor: Executor = executor or LocalExecutor(registry)
+        self.observer = observer
+        """Told of fires, jumps, deliveries and snapshots as they happen (the daemon's metrics)."""
+        self._states = StateCounts()
+        """Runs per (tenant, state), moved with every change made here (see state_counts)."""
+        self.executor: Executor = executor or LocalExecutor(registry, observer)
         """Where admitted runs' workers execute (the daemon itself unless configured)."""
         self.runs_dir = runs_dir
         self.registry = registry
@@ -378,7 +386,7 @@ class RunManager:
         self._seq = 0
         self.judge_factory: Any = None
         self.on_delete: Callable[[str], Awaitable[None]] | None = None
-        self.snapshots = Snapshots(store, registry, runs_dir, self.flush)
+        self.snapshots = Snapshots(store, registry, runs_dir, self.flush, observer)
         """Save snapshots and read them into restore plans (see sclated.runs._snapshots)."""
         self._locks = _NameLocks()
         """Serialize the calls that make or change one run (a key) or use one request id."""
@@ -400,6 +408,8 @@ class RunManager:
         await self.executor.start()
         self._seq = await self.store.max_run_seq()
         self._requests = await self.store.request_index()
+        # Before anything changes state below (a run interrupted by the restart).
+        self._states.load(await self.store.state_counts())
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop(), name="sclated-flusher")
         for row in await self.store.runs_in_states(["RUNNING", "PENDING"]):
             live = _Live(row, row.last_event_seq + 1)
@@ -561,6 +571,7 @@ class RunManager:
         self._kick()
 
     def _set_state(self, live: _Live, state: str, reason: str, **fields: Any) -> None:
+        self._states.move(live.row.tenant, live.row.state, state)
         live.row.state = state
         live.row.reason = reason
         for k, v in fields.items():
@@ -612,6 +623,7 @@ class RunManager:
                 if request_id:
                     self._requests[(tenant, request_id)] = key
                 self._batch.inserts.append(row)
+                self._states.add(tenant, "PENDING")
                 self._emit(live, "state", {"state": "PENDING", "reason": "waiting for admission"}, 0)
                 await self._enqueue(live)
                 return self._view(live.row)
@@ -766,6 +778,7 @@ class RunManager:
                     last_event_seq=1,
                 )
                 await self._persist_restore(row, plan, insert=True, now=now)
+                self._states.add(tenant, "PENDING")
                 live = _Live(row, 2, resume=True)
                 await self._enqueue(live)
         else:
@@ -793,6 +806,7 @@ class RunManager:
                     history_expired_ns=None,  # the snapshot's journal and calls come back
                 )
                 await self._persist_restore(row, plan, insert=False, now=now)
+                self._states.move(tenant, current.state, "PENDING")
                 live = _Live(row, row.last_event_seq + 1, resume=True)
                 await self._enqueue(live)
         return self._view(live.row)
@@ -896,6 +910,7 @@ class RunManager:
                     last_event_seq=1,
                 )
                 await self._persist_restore(row, plan, insert=True, now=now)
+                self._states.add(tenant, "PENDING")
                 live = _Live(row, 2, resume=True)
                 await self._enqueue(live)
                 existing[i] = live.row
@@ -950,15 +965,22 @@ class RunManager:
         event = EventRow(
             row.name, row.last_event_seq, "state", plan.sim_ns, now, {"state": "PENDING", "reason": row.reason}
         )
-        await self.store.restore_run(
-            row,
-            insert=insert,
-            event=event,
-            journal=plan.journal,
-            calls=plan.calls,
-            snapshot=plan.snapshot_name,
-            snapshot_dir=str(plan.snapshot_dir),
-        )
+        try:
+            await self.store.restore_run(
+                row,
+                insert=insert,
+                event=event,
+                journal=plan.journal,
+                calls=plan.calls,
+                snapshot=plan.snapshot_name,
+                snapshot_dir=str(plan.snapshot_dir),
+            )
+        except AlreadyExists:
+            raise  # the name was taken: a refused request, not a failed restore
+        except BaseException:
+            self.observer.on_snapshot("failed")
+            raise
+        self.observer.on_snapshot("restored")
 
     async def _row(self, key: str) -> RunRow | None:
         live = self._live.get(key)
@@ -1046,6 +1068,7 @@ class RunManager:
                 )
             await self.flush()
             await self.store.delete_run(row.name)
+            self._states.add(row.tenant, row.state, -1)
             self._live.pop(row.name, None)
             if row.request_id:
                 self._requests.pop((row.tenant, row.request_id), None)
@@ -1077,7 +1100,7 @@ class RunManager:
             self._admit()
             return self._view(live.row)
 
-    async def watch(self, tenant: str, name: str, after_seq: int = 0) -> AsyncIterator[EventRow]:
+    async def watch(self, tenant: str, name: str, after_seq: int = 0) -> AsyncGenerator[EventRow, None]:
         if after_seq < 0:
             raise InvalidArgument("after_seq must not be negative", field="after_seq")
         row = await self._get_row(tenant, name)
@@ -1303,9 +1326,48 @@ class RunManager:
         # Finished (or interrupted) runs leave memory; the store has them.
         self._live.pop(live.key, None)
 
+    # -- read-only views (the run viewer) -------------------------------------------
+    async def calls(self, tenant: str, name: str) -> Sequence[dict[str, Any]]:
+        """The run's captured model calls as stored (records: role, timings, usage, token
+        ids, logprobs, request and response), by start time."""
+        row = await self._get_row(tenant, name)
+        check_history_kept(row, "its captured calls")
+        records = await self.store.calls(row.name)
+        await self._check_still_kept(row.name, "its captured calls")
+        return sorted(records, key=lambda r: int((r.get("timings") or {}).get("start_ns") or 0))
+
+    async def children(self, tenant: str, name: str) -> Sequence[RunView]:
+        """The runs branched from this run's snapshots (their ``parent`` is it), oldest first."""
+        row = await self._get_row(tenant, name)
+        parent = f"runs/{_run_id_of(row.name)}"
+        out: builtins.list[RunView] = []
+        token = ""
+        while True:
+            page, token = await self.list(tenant, page_size=MAX_PAGE_SIZE, page_token=token)
+            out.extend(v for v in page if v.parent == parent)
+            if not token:
+                return out
+
     # -- introspection ------------------------------------------------------------
     def counts(self) -> dict[str, int]:
         return {"running": len(self._running), "pending": len(self._queue), "live": len(self._live)}
+
+    def state_counts(self) -> dict[tuple[str, str], int]:
+        """How many runs each (tenant, state) has, every run the store holds (no query:
+        kept as runs change state here)."""
+        return self._states.snapshot()
+
+    def leases_held(self) -> dict[str, int]:
+        """Clock leases held right now across the running runs, by kind of work (turn,
+        model_call, grading, cron, ...)."""
+        out: dict[str, int] = {}
+        for live in list(self._live.values()):
+            worker = live.worker
+            loop = worker.loop if worker is not None else None
+            if loop is not None:
+                for kind, n in loop.leases.kinds().items():
+                    out[kind] = out.get(kind, 0) + n
+        return out
 
     # -- trajectories ----------------------------------------------------------------
     async def trajectories(

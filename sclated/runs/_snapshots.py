@@ -38,6 +38,7 @@ from sclated.errors import (
     NotFound,
     SclateError,
 )
+from sclated.runs._observe import NO_RUNS_OBSERVER, RunsObserver
 from sclated.runs._registry import Registry
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
 from sclated.runs._worker import RunWorker
@@ -129,8 +130,16 @@ class RestorePlan:
 class Snapshots:
     """Save snapshots of running runs; read them back into restore plans."""
 
-    def __init__(self, store: Store, registry: Registry, runs_dir: Path | None, flush: Callable[[], Awaitable[None]]):
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        runs_dir: Path | None,
+        flush: Callable[[], Awaitable[None]],
+        observer: RunsObserver = NO_RUNS_OBSERVER,
+    ):
         self._store = store
+        self._observer = observer
         self._registry = registry
         self._runs_dir = runs_dir
         self._flush = flush
@@ -215,6 +224,7 @@ class Snapshots:
                 create_ns = time.time_ns()
                 await store.insert_snapshot(name, key, tenant, create_ns, cap.sim_ns, cap.journal_length, info)
             except BaseException:
+                self._observer.on_snapshot("failed")
                 await asyncio.to_thread(shutil.rmtree, dest, True)
                 files = worker.agent.files
                 if sandbox is not None and files is not None:
@@ -223,6 +233,7 @@ class Snapshots:
                     except SclateError as exc:
                         log.warning("run %s: removing a half-made snapshot failed: %s", key, exc.message)
                 raise
+        self._observer.on_snapshot("saved")
         return _view(
             {
                 "name": name,

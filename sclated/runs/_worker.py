@@ -42,6 +42,7 @@ from sclated.report import Timeline
 from sclated.runs._deliveries import Delivery, DeliveryLog
 from sclated.runs._journal_json import entry_from_json, entry_to_json
 from sclated.runs._loop import RunLoop, RunSummary, Turn
+from sclated.runs._observe import NO_RUNS_OBSERVER, RunsObserver
 from sclated.runs._registry import Registry, RunTaskContainers
 from sclated.runs._spec import RunSpec
 from sclated.scheduler import (
@@ -203,8 +204,11 @@ class RunWorker:
         journal: list[dict[str, Any]] | None = None,
         judge: Judge | None = None,
         run_dir: Path | None = None,
+        observer: RunsObserver = NO_RUNS_OBSERVER,
     ) -> None:
         self.name = name
+        self.observer = observer
+        """Told of this run's fires, jumps and deliveries (the daemon's metrics)."""
         self.run_dir = run_dir
         self.keep_sandbox = False
         """Set before cancelling for a daemon shutdown: the sandbox stays for the resumed run."""
@@ -289,6 +293,9 @@ class RunWorker:
     # -- observer (RunObserver) ------------------------------------------------
     def on_fire(self, record: FireRecord, wall_ns: int) -> None:
         self._fire_wall[record.event_id] = wall_ns
+        self.observer.on_fire(
+            record.effects[0].kind if record.effects else "none", (record.fired_ns - record.due_ns) / 1e9
+        )
         self.timeline.note_fire(wall_ns, record.fired_ns, record.event_id, [e.kind for e in record.effects])
         self.sink.journal(entry_to_json(record))
         self.sink.emit(
@@ -306,6 +313,7 @@ class RunWorker:
         self.sink.progress(record.fired_ns)
 
     def on_jump(self, jump: Jump) -> None:
+        self.observer.on_jump(jump.skipped_ns / 1e9)
         self.timeline.note_jump(jump.wall_ns, jump.from_ns, jump.to_ns)
         self.sink.emit("jump", {"from_ns": jump.from_ns, "to_ns": jump.to_ns}, jump.to_ns)
 
@@ -528,6 +536,7 @@ class RunWorker:
                 # Never clamped: a receipt before the fire is a clock fault, counted as such.
                 lateness_ns = fire.fired_ns - fire.due_ns if loop.clock.flows else 0
                 delay_ms = (lateness_ns + result.received_wall_ns - fired_wall) / 1e6
+                self.observer.on_delivery(delay_ms / 1e3)
             delivery = Delivery(fire.event_id, fire.seq, fire.due_ns, delay_ms, result.received_sim_ns)
             self.deliveries.add(delivery)
             round_id = prompt.round_id or ""
@@ -542,6 +551,9 @@ class RunWorker:
                     "round_id": round_id,
                     "session": prompt.session or "",
                     "phase": "ended",
+                    # What the harness was given, so a viewer can show the conversation turn by turn.
+                    "prompt": prompt.text[:_REPLY_DISPLAY_LIMIT],
+                    "prompt_truncated": len(prompt.text) > _REPLY_DISPLAY_LIMIT,
                     "reply": reply[:_REPLY_DISPLAY_LIMIT],
                     "reply_truncated": len(reply) > _REPLY_DISPLAY_LIMIT,
                     "reply_chars": len(reply),

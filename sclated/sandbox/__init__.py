@@ -8,6 +8,7 @@ Nothing here is harness-specific: harnesses declare themselves
 from sclated.sandbox._control import ControlLimits, ControlServer, Handler
 from sclated.sandbox._disk_watch import DiskUsage, DiskVerdict, DiskWatchdog, SandboxDiskMeter
 from sclated.sandbox._isolation import CHECKS, IsolationResult, judge_attempts, run_isolation, run_isolation_checks
+from sclated.sandbox._observer import NO_SANDBOX_OBSERVER, SandboxObserver
 from sclated.sandbox._process_probe import ProcessProbe
 from sclated.sandbox._proxy import PROXY_LOG, ROLE_PORTS, SPOOL_DIR, endpoints_for, mitmdump_command
 from sclated.sandbox._session import (
@@ -21,6 +22,7 @@ from sclated.sandbox._session import (
 
 __all__ = [
     "CHECKS",
+    "NO_SANDBOX_OBSERVER",
     "PROXY_LOG",
     "ROLE_PORTS",
     "SPOOL_DIR",
@@ -33,6 +35,7 @@ __all__ = [
     "IsolationResult",
     "ProcessProbe",
     "SandboxDiskMeter",
+    "SandboxObserver",
     "SandboxOptions",
     "SandboxServices",
     "SandboxSession",

@@ -35,6 +35,7 @@ import shutil
 import signal
 import tarfile
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from adapters import ExecOutput, LineChannel, ProxyEndpoints, RunClock
-from sclated.capture import DEFAULT_CALL_TTL_NS, CallRecord, CaptureSink, LeaseHolder
+from sclated.capture import (
+    DEFAULT_CALL_TTL_NS,
+    NO_CAPTURE_OBSERVER,
+    CallRecord,
+    CaptureObserver,
+    CaptureSink,
+    LeaseHolder,
+)
 from sclated.clock import MAX_SIM_NS
 from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, RuntimeUnavailable, SclateError
 from sclated.model import EmbeddedModel
@@ -71,6 +79,7 @@ from sclated.sandbox._disk_watch import (
     DiskWatchdog,
     SandboxDiskMeter,
 )
+from sclated.sandbox._observer import NO_SANDBOX_OBSERVER, SandboxObserver
 from sclated.sandbox._process_probe import PROBE_SCRIPT, ProcessProbe, parse_probe
 from sclated.sandbox._proxy import (
     PROXY_LOG,
@@ -189,6 +198,10 @@ class SandboxServices:
     disk_by_engine: bool | None = None
     """Whether the engine bounds a container's writable layer (StorageOpt size): learnt from
     the first sandbox that asks (None until then); where it cannot, the disk watchdog does."""
+    observer: SandboxObserver = NO_SANDBOX_OBSERVER
+    """Told how each sandbox start ended and how long it took."""
+    capture_observer: CaptureObserver = NO_CAPTURE_OBSERVER
+    """Told of each model call the sandboxes' capture proxies hand over (once per call)."""
     _runtime: Runtime | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -390,11 +403,15 @@ class SandboxSession:
                 "use a HYBRID clock, or REALTIME at rate 1",
                 field="run.clock.rate",
             )
+        observer, began = self._services.observer, time.monotonic()
         try:
             await self._open(start, env=env, snapshot_dir=snapshot_dir)
-        except BaseException:
+        except BaseException as exc:
+            outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "failed"
+            observer.on_sandbox_start(start.value, outcome, time.monotonic() - began)
             await asyncio.shield(self.close(keep=start is SessionStart.ADOPT))
             raise
+        observer.on_sandbox_start(start.value, "started", time.monotonic() - began)
 
     async def _open(
         self, start: SessionStart, *, env: Callable[[ProxyEndpoints], Mapping[str, str]], snapshot_dir: Path | None
@@ -591,6 +608,7 @@ class SandboxSession:
             _StoreRecords(self._services.store, self.config.run_key),
             self._leases,
             call_ttl_ns=int(self.config.options.call_lease_ttl_s * 1e9),
+            observer=self._services.capture_observer,
         )
         self._control = ControlServer(path, self._handlers(), on_disconnect=self._on_disconnect)
         await self._control.start()

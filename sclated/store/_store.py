@@ -13,6 +13,7 @@ import contextlib
 import errno
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sclated.errors import AlreadyExists, FailedPrecondition, ResourceExhausted
+from sclated.store._observer import NO_STORE_OBSERVER, StoreObserver
 
 __all__ = ["EventRow", "ExpiredHistory", "JournalRow", "RunRow", "SpaceReclaimed", "Store", "WriteBatch"]
 
@@ -243,6 +245,9 @@ def _row_to_run(r: Sequence[Any]) -> RunRow:
 
 
 _SQLITE_FULL = 13
+_SIZE_EVERY_S = 5.0
+"""How often (at most) a commit measures the database's files for the observer: a
+flusher commits every few milliseconds, and three stat calls each time would be waste."""
 
 
 def _disk_full(exc: BaseException) -> bool:
@@ -254,11 +259,14 @@ def _disk_full(exc: BaseException) -> bool:
 
 
 class Store:
-    def __init__(self, path: Path, *, synchronous: str = "NORMAL") -> None:
+    def __init__(self, path: Path, *, synchronous: str = "NORMAL", observer: StoreObserver = NO_STORE_OBSERVER) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
         self.path = path
         self.synchronous = synchronous
+        self.observer = observer
+        """Told of every commit and, now and then, of the database's size (see StoreObserver)."""
+        self._sized_at = -_SIZE_EVERY_S
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sclated-store")
         self._conn: sqlite3.Connection | None = None
 
@@ -285,6 +293,7 @@ class Store:
             if column not in have:
                 conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
         self._conn = conn
+        self._note_size(time.perf_counter())
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -302,9 +311,16 @@ class Store:
             raise FailedPrecondition("the store is not open")
         return self._conn
 
-    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _note_size(self, now: float) -> None:
+        self._sized_at = now
+        self.observer.on_db_size(self._file_bytes())
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], T], records: int = 1) -> T:
+        """Run ``fn`` in one write transaction (on the store's thread); ``records``: how
+        many rows it writes, for the observer."""
         conn = self.conn
         try:
+            began = time.perf_counter()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 out = fn(conn)
@@ -324,6 +340,10 @@ class Store:
                     reason="DISK_FULL",
                 ) from exc
             raise
+        done = time.perf_counter()
+        self.observer.on_commit(records, done - began)
+        if done - self._sized_at >= _SIZE_EVERY_S:
+            self._note_size(done)
         return out
 
     # -- runs ---------------------------------------------------------------
@@ -388,6 +408,15 @@ class Store:
 
         return await self._run(q)
 
+    async def state_counts(self) -> dict[tuple[str, str], int]:
+        """How many runs each (tenant, state) has."""
+
+        def q() -> dict[tuple[str, str], int]:
+            rows = self.conn.execute("SELECT tenant, state, COUNT(*) FROM runs GROUP BY tenant, state")
+            return {(str(r[0]), str(r[1])): int(r[2]) for r in rows}
+
+        return await self._run(q)
+
     async def runs_in_states(self, states: Iterable[str]) -> list[RunRow]:
         states = list(states)
 
@@ -442,7 +471,8 @@ class Store:
                 vals = [json.dumps(v) if k in ("results", "spec") else v for k, v in fields.items()]
                 conn.execute(f"UPDATE runs SET {cols} WHERE name=?", (*vals, name))
 
-        await self._run(self._tx, tx)
+        records = len(batch.inserts) + len(batch.events) + len(batch.journal) + len(batch.run_updates)
+        await self._run(self._tx, tx, records)
 
     # -- events and journal -----------------------------------------------------
     async def events_after(self, run: str, after_seq: int, limit: int = 1000) -> list[EventRow]:
@@ -683,6 +713,7 @@ class Store:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
             page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            self._note_size(time.perf_counter())  # the file shrank: the observer hears it now
             return SpaceReclaimed(before, self._file_bytes(), free - left, left, (free - left) * page)
 
         return await self._run(q)

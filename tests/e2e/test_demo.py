@@ -3,15 +3,23 @@ and a run without tokens or trajectories is a failure, not a report."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import grpc
 import pytest
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
-from sclated.e2e import demo_problems
+from sclated.bench import start_daemon_process
+from sclated.e2e import VIEWER_PORT, demo_problems, serve_again_command, serve_viewer
+from tests.api.conftest import synthetic_request
 
 pytestmark = pytest.mark.e2e
 
@@ -53,3 +61,38 @@ def test_no_tokens_no_trajectories_or_a_failed_run_are_problems() -> None:
     assert demo_problems(_run(export_rows={"skyrl": 0, "atif": 0})) == ["no trajectory was exported (0 rows)"]
     failed = demo_problems(_run(state="FAILED", state_reason="the model endpoint stayed unreachable"))
     assert failed == ["the run ended FAILED: the model endpoint stayed unreachable"]
+
+
+async def test_the_demo_serves_its_run_in_the_viewer_again(tmp_path: Path) -> None:
+    """What `sclated demo` does after its report: a daemon on the demo's state directory
+    serving the viewer until cancelled (Ctrl-C), or the command that does it."""
+    state = tmp_path / "state"
+    proc, ready = await start_daemon_process(state)
+    async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+        stub = pb_grpc.SclateStub(ch)
+        run = await stub.CreateRun(synthetic_request(run_id="demo-run"))
+        async for _ in stub.WatchRun(pb.WatchRunRequest(name=run.name)):
+            pass
+    proc.send_signal(signal.SIGTERM)
+    assert await proc.wait() == 0
+
+    said: list[str] = []
+    serving = asyncio.create_task(serve_viewer(state, "runs/demo-run", said.append))
+    while not said and not serving.done():
+        await asyncio.sleep(0.05)
+    assert said and said[0].startswith("viewer: http://127.0.0.1:"), said
+    url = said[0].split()[1]
+    assert url.endswith("/#/runs/demo-run")
+    base = url.split("/#/")[0]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(base + "/api/v1/runs/demo-run") as resp:
+            assert resp.status == 200 and (await resp.json())["run"]["state"] == "SUCCEEDED"
+        async with http.get(base + "/") as resp:
+            assert resp.status == 200 and "viewer.js" in await resp.text()
+    serving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+    assert not (state / "ready.json").exists(), "the daemon stopped with the viewer"
+
+    command = serve_again_command(state)
+    assert f"--state-dir {state}" in command and f"--http-listen 127.0.0.1:{VIEWER_PORT}" in command

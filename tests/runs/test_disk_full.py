@@ -25,13 +25,13 @@ class FullDiskStore(Store):
 
     full = False
 
-    def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _tx(self, fn: Callable[[sqlite3.Connection], T], records: int = 1) -> T:
         def maybe_full(conn: sqlite3.Connection) -> T:
             if self.full:
                 raise sqlite3.OperationalError("database or disk is full")
             return fn(conn)
 
-        return super()._tx(maybe_full)
+        return super()._tx(maybe_full, records)
 
 
 SPEC = RunSpec.from_dict(
