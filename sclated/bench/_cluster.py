@@ -103,6 +103,8 @@ def cluster_report(raw: ClusterRaw) -> dict[str, Any]:
         missed.append(f"runs_succeeded {runs_succeeded} != runs {runs}")
     if raw.local_succeeded != raw.runs:
         missed.append(f"local runs succeeded {raw.local_succeeded} != {raw.runs}")
+    if raw.kill_runs and not raw.moved:
+        missed.append("runs_moved 0: the node killed had no run to move (nothing was tested)")
     if raw.records_lost:
         missed.append(f"records_lost {raw.records_lost}")
     if api_p99 > API_P99_MS:
@@ -213,8 +215,9 @@ async def _node_kill(stub: pb_grpc.SclateStub, cluster: Any, raw: ClusterRaw, rn
         await asyncio.sleep(0.05)
     node = (await stub.GetRun(pb.GetRunRequest(name=first))).node
     victim = next(m for m in cluster.members if node.startswith(m.node_id[:16]))
-    await asyncio.to_thread(cluster.kill, victim)
+    # Noted before the kill: the daemon may see the node gone before kill() returns.
     killed_at.append(time.monotonic())
+    await asyncio.to_thread(cluster.kill, victim)
     results = await asyncio.gather(*followers)
     raw.kill_succeeded = sum(1 for ok in results if ok)
     raw.moved = len(moved_at)

@@ -56,6 +56,7 @@ def test_a_healthy_invocation_meets_the_targets() -> None:
         ({"kill_succeeded": 2}, "runs_succeeded 6 != runs 8"),
         ({"local_succeeded": 3}, "local runs succeeded 3 != 4"),
         ({"records_lost": 1}, "records_lost 1"),
+        ({"moved": 0, "resume_s": []}, "runs_moved 0"),
         ({"latencies_ms": {"GetRun": [2.0] * 90 + [API_P99_MS + 10] * 10}}, "api_latency_ms_p99"),
     ],
 )
