@@ -45,6 +45,10 @@ class DaemonConfig:
     http_listen: str = ""
     """TCP "HOST:PORT" of the HTTP listener (the run viewer, /metrics, /healthz; port 0
     picks one); empty: none."""
+    metrics_readers: tuple[str, ...] = ()
+    """With a tokens file, the tenants whose tokens may read ``/metrics`` (it names every
+    tenant and counts their runs, so it is an operator's read); without one, the single
+    ``local`` tenant may. Empty with a tokens file: nobody."""
     unix_socket: str = ""
     """Empty: sclated.sock in $RUNTIME_DIRECTORY (systemd) or the state directory; "-": none."""
     tokens_file: Path | None = None
@@ -112,6 +116,11 @@ class DaemonConfig:
                 problem = listen_address_problem(address, authenticated=self.tokens_file is not None)
                 if problem is not None:
                     raise ConfigError(f"{key} {address!r} {problem}", field=key)
+        for tenant in self.metrics_readers:
+            try:
+                validate_tenant(tenant)
+            except InvalidArgument as exc:
+                raise ConfigError(f"metrics_readers: {exc.message}", field="metrics_readers") from None
         if not self.listen and self.unix_socket == "-":
             raise ConfigError("no listener: set listen or unix_socket", field="listen")
         if self.tls_cert is not None and self.tls_key is None:
@@ -215,6 +224,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "ray_placement": (str,),
 }
 _PATH_LISTS = {"data_roots"}
+_STR_LISTS = {"metrics_readers"}
 _TENANT_PATHS = {"tenant_data_roots"}
 _PATHS = {"state_dir", "tokens_file", "tls_cert", "tls_key", "ready_file", "cluster_snapshot_dir"}
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
@@ -231,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--http-listen",
         metavar="HOST:PORT",
         help="the HTTP listener: the run viewer, /metrics and /healthz (port 0 picks one; default none)",
+    )
+    p.add_argument(
+        "--metrics-reader",
+        dest="metrics_readers",
+        action="append",
+        metavar="TENANT",
+        help="a tenant whose token may read /metrics (with a tokens file); repeatable",
     )
     p.add_argument("--unix-socket", help="Unix socket path ('-' for none)")
     p.add_argument("--state-dir", type=Path, help="where the database and run files live")
@@ -375,6 +392,10 @@ def _checked(key: str, value: Any) -> Any:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{key} must be a list of paths, got {value!r}", field=key)
         return tuple(_checked_path(key, v) for v in value)
+    if key in _STR_LISTS:
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key} must be a list of strings, got {value!r}", field=key)
+        return tuple(value)
     if key in _TENANT_PATHS:
         return _tenant_paths(key, value)
     if key in _PATHS:

@@ -29,6 +29,7 @@ import secrets
 import shutil
 import signal
 import sqlite3
+import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -109,6 +110,14 @@ async def _let_go(what: str, undo: Callable[[], object]) -> None:
             await result
     except Exception:
         log.exception("letting go of the %s failed", what)
+
+
+def _server_tls(cert: Path, key: Path) -> ssl.SSLContext:
+    """The HTTP listener's TLS, from the same certificate and key as the gRPC listener's
+    (``check_startup`` has read both)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert), str(key))
+    return ctx
 
 
 class Steps:
@@ -357,8 +366,18 @@ class Daemon:
         # meanwhile, and its watch streams see the runs end).
         if cfg.http_listen:
             self._at = "http listener"
-            app = build_app(self.manager, self.tokens, metrics=self.metrics, serving=self._is_serving)
-            http = HttpListener(cfg.http_listen, app, shutdown_timeout_s=5.0)
+            app = build_app(
+                self.manager,
+                self.tokens,
+                metrics=self.metrics,
+                # Without a tokens file there is one tenant, whose /metrics they are.
+                metrics_readers=None if cfg.tokens_file is None else cfg.metrics_readers,
+                serving=self._is_serving,
+            )
+            tls = None
+            if cfg.tls_cert is not None and cfg.tls_key is not None:
+                tls = await asyncio.to_thread(_server_tls, cfg.tls_cert, cfg.tls_key)
+            http = HttpListener(cfg.http_listen, app, shutdown_timeout_s=5.0, ssl_context=tls)
             try:
                 await http.start()
             except OSError as exc:

@@ -16,7 +16,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import ssl
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from importlib import resources
 from typing import Any, Protocol
 
@@ -28,6 +29,7 @@ from sclated.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     SclateError,
     Unauthenticated,
     Unavailable,
@@ -44,6 +46,7 @@ _STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/c
 _STATUS: tuple[tuple[type[SclateError], int], ...] = (
     (InvalidArgument, 400),
     (Unauthenticated, 401),
+    (PermissionDenied, 403),
     (NotFound, 404),
     (FailedPrecondition, 409),
     (Unavailable, 503),
@@ -62,6 +65,7 @@ _MANAGER = web.AppKey("manager", RunManager)
 _TOKENS = web.AppKey("tokens", TokenTable)
 _METRICS: web.AppKey[MetricsSource | None] = web.AppKey("metrics")
 _SERVING: web.AppKey[Callable[[], bool]] = web.AppKey("serving")
+_METRICS_READERS: web.AppKey[frozenset[str] | None] = web.AppKey("metrics_readers")
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -180,7 +184,14 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    request.app[_TOKENS].tenant_for(request.headers.get("Authorization"))
+    tenant = request.app[_TOKENS].tenant_for(request.headers.get("Authorization"))
+    readers = request.app[_METRICS_READERS]
+    # The metrics name every tenant and count their runs: an operator's read, not a tenant's.
+    if readers is not None and tenant not in readers:
+        raise PermissionDenied(
+            f"tenant {tenant!r} may not read /metrics (it names every tenant): list it in metrics_readers",
+            field="metrics_readers",
+        )
     source = request.app[_METRICS]
     if source is None:
         raise NotFound("this daemon serves no metrics")
@@ -317,14 +328,17 @@ def build_app(
     tokens: TokenTable,
     *,
     metrics: MetricsSource | None = None,
+    metrics_readers: Collection[str] | None = None,
     serving: Callable[[], bool] = lambda: True,
 ) -> web.Application:
-    """The listener's application. ``serving``: whether the daemon serves now (False
+    """The listener's application. ``metrics_readers``: the tenants that may read
+    /metrics (None: any token's). ``serving``: whether the daemon serves now (False
     while it starts and once it stops): /healthz answers 503 then."""
     app = web.Application(middlewares=[_read_only, _errors])
     app[_MANAGER] = manager
     app[_TOKENS] = tokens
     app[_METRICS] = metrics
+    app[_METRICS_READERS] = None if metrics_readers is None else frozenset(metrics_readers)
     app[_SERVING] = serving
     r = app.router
     r.add_get("/healthz", _healthz)
@@ -344,8 +358,17 @@ class HttpListener:
     """An aiohttp runner and its one TCP site: ``start()`` sets both up, ``close()``
     lets both go (the site with the runner), whatever part of ``start()`` happened."""
 
-    def __init__(self, listen: str, app: web.Application, *, shutdown_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        listen: str,
+        app: web.Application,
+        *,
+        shutdown_timeout_s: float = 5.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.listen = listen
+        self.ssl_context = ssl_context
+        """HTTPS when set (the daemon's tls_cert and tls_key): tokens never cross in clear."""
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout_s)
         self.address: str | None = None
         """``HOST:PORT`` bound (the port picked when ``listen`` asked for 0)."""
@@ -353,7 +376,7 @@ class HttpListener:
     async def start(self) -> None:
         host, _, port = self.listen.rpartition(":")
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host.strip("[]"), int(port), reuse_address=True)
+        site = web.TCPSite(self._runner, host.strip("[]"), int(port), reuse_address=True, ssl_context=self.ssl_context)
         await site.start()
         self.address = f"{host}:{self._runner.addresses[0][1]}"
 

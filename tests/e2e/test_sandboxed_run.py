@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
+import aiohttp
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
@@ -40,8 +42,20 @@ async def _containers_of(run_id: str) -> list[str]:
         return [c.id for c in found]
 
 
+async def _scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The daemon's /metrics, sample by (name, sorted labels)."""
+    async with aiohttp.ClientSession() as http, http.get(f"http://{address}/metrics") as resp:
+        assert resp.status == 200, await resp.text()
+        text = await resp.text()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 async def test_metaclaw_tiny_with_the_reference_harness(tmp_path: Path) -> None:
-    proc, ready = await start_daemon_process(tmp_path / "state")
+    proc, ready = await start_daemon_process(tmp_path / "state", "--http-listen", "127.0.0.1:0")
     try:
         async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
             stub = pb_grpc.SclateStub(ch)
@@ -104,6 +118,18 @@ async def test_metaclaw_tiny_with_the_reference_harness(tmp_path: Path) -> None:
             agent = branch_figures(trajectories)["by_role"]["agent"]
             assert agent["prefix_mismatch_share"] < 0.1, agent
             assert agent["calls_per_branch_mean"] > 1.5, agent
+            # The daemon's metrics (a real process, sandbox and model) say what the run did.
+            m = await _scrape(ready["http"])
+            assert m[("sclate_sandbox_starts_total", (("mode", "fresh"), ("outcome", "started")))] == 1
+            assert m[("sclate_sandbox_start_seconds_count", (("mode", "fresh"),))] == 1
+            assert m[("sclate_sandbox_start_seconds_sum", (("mode", "fresh"),))] > 0
+            for c in r.calls:
+                key = (("outcome", "ok"), ("role", c.role))
+                assert m[("sclate_model_calls_total", key)] == c.calls, c.role
+                assert m[("sclate_model_completion_tokens_total", key)] == c.completion_tokens, c.role
+            assert m[("sclate_scheduler_fire_lateness_seconds_count", ())] == s.events_fired
+            assert m[("sclate_clock_jumps_total", ())] == s.jumps
+            assert m[("sclate_runs", (("state", "SUCCEEDED"), ("tenant", "local")))] == 1
         assert await _containers_of("mc-tiny") == []  # the sandbox is gone with the run
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from sclated.daemon import Daemon, DaemonConfig, build_parser, check_startup, lo
 from sclated.errors import ConfigError
 from sclated.web import MetricsSource, build_app
 from tests.api.conftest import TOKENS, synthetic_request
+from tests.api.test_tls import _self_signed
 
 
 @dataclass
@@ -65,6 +67,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
             listen="127.0.0.1:0",
             http_listen="127.0.0.1:0",
             tokens_file=tokens,
+            metrics_readers=("alice",),
             ready_file=tmp_path / "ready.json",
             drain_grace_s=0.5,
         )
@@ -210,6 +213,42 @@ async def test_metrics_need_a_token_and_serve_the_source(served: Served) -> None
     assert status == 200 and "sclate_api_requests_total" in text and "sclate_runs_executing 0.0" in text
 
 
+async def test_only_metrics_readers_see_every_tenant_in_the_metrics(served: Served) -> None:
+    # The daemon's metrics_readers is ("alice",): bob's token is valid but not an operator's.
+    status, body = await served.get("/metrics", "bob")
+    assert status == 403 and body["field"] == "metrics_readers" and "'bob'" in body["error"]
+    app = build_app(served.daemon.manager, served.daemon.tokens, metrics=FixedMetrics(), metrics_readers=())
+    async with TestClient(TestServer(app, port=0)) as client:
+        for who in ("alice", "bob"):
+            resp = await client.get("/metrics", headers={"Authorization": f"Bearer {TOKENS[who]}"})
+            assert resp.status == 403
+        # Runs stay readable: the restriction is the metrics' own.
+        resp = await client.get("/api/v1/runs", headers={"Authorization": f"Bearer {TOKENS['bob']}"})
+        assert resp.status == 200
+
+
+async def test_the_listener_serves_https_with_the_daemons_certificate(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    d = Daemon(
+        DaemonConfig(
+            state_dir=tmp_path / "s", listen="localhost:0", http_listen="localhost:0", tls_cert=cert, tls_key=key
+        )
+    )
+    await d.start()
+    try:
+        assert d.http is not None and d.http.address is not None
+        port = d.http.address.rpartition(":")[2]
+        trusted = ssl.create_default_context(cafile=str(cert))
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"https://localhost:{port}/api/v1/whoami", ssl=trusted) as resp:
+                assert resp.status == 200 and (await resp.json())["tenant"] == "local"
+            with pytest.raises(aiohttp.ClientError):
+                async with http.get(f"http://localhost:{port}/healthz") as resp:
+                    await resp.read()
+    finally:
+        await d.stop()
+
+
 async def test_reads_wait_until_the_daemon_serves(served: Served) -> None:
     app = build_app(served.daemon.manager, served.daemon.tokens, serving=lambda: False)
     async with TestClient(TestServer(app, port=0)) as client:
@@ -238,6 +277,20 @@ def test_a_bad_http_listen_names_the_field(tmp_path: Path, value: str, problem: 
         _config(tmp_path, "--http-listen", value)
     assert info.value.field == "http_listen" and problem in info.value.message
     assert f"http_listen {value!r}" in info.value.message
+
+
+def test_metrics_readers_are_a_repeatable_flag_of_tenant_names(tmp_path: Path) -> None:
+    assert _config(tmp_path).metrics_readers == ()
+    config = _config(tmp_path, "--metrics-reader", "ops", "--metrics-reader", "alice")
+    assert config.metrics_readers == ("ops", "alice")
+    with pytest.raises(ConfigError) as info:
+        _config(tmp_path, "--metrics-reader", "no such/tenant")
+    assert info.value.field == "metrics_readers"
+    path = tmp_path / "sclated.toml"
+    path.write_text(f'state_dir = "{tmp_path / "s"}"\nmetrics_readers = "ops"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(build_parser().parse_args(["--config", str(path)]))
+    assert info.value.field == "metrics_readers" and info.value.line == 2 and "list of strings" in info.value.message
 
 
 def test_a_non_loopback_http_listen_is_allowed_with_tokens(tmp_path: Path) -> None:

@@ -296,7 +296,12 @@ class RunPage {
       if (!this.alive()) return;
       if (this.needsRefresh) {
         this.needsRefresh = false;
-        try { await this.refresh(); } catch (err) { if (!(err instanceof ApiError)) throw err; }
+        // A timer's promise has no one to catch it: a page left mid-refresh aborts the
+        // fetch (AbortError, nothing to say); anything else but an API answer is shown.
+        try { await this.refresh(); } catch (err) {
+          if (!this.alive() || (err && err.name === "AbortError")) return;
+          if (!(err instanceof ApiError)) { showError(err); return; }
+        }
       }
       this.render();
     }, 250);
