@@ -14,14 +14,15 @@ import contextlib
 import json
 import logging
 import socket
-from pathlib import Path
 from typing import Any
 
 import ray
 
+from sclated.cluster._node import NodeSettings, node_services
 from sclated.cluster._records import Batch, RecordBuffer
 from sclated.errors import SclateError, describe
 from sclated.runs import RunOutcome, RunSpec, RunWorker, default_registry
+from sclated.sandbox import SandboxServices
 
 __all__ = ["RunActor", "RunWorkerActor", "node_label"]
 
@@ -49,22 +50,28 @@ class RunWorkerActor:
         spec: dict[str, Any],
         journal: list[dict[str, Any]] | None,
         next_event_seq: int,
-        run_dir: str | None,
+        settings: NodeSettings,
     ) -> None:
         self._key = key
         self._spec = RunSpec.from_dict(spec)
         self._journal = journal
-        self._run_dir = Path(run_dir) if run_dir else None
+        self._settings = settings
         self._buffer = RecordBuffer(next_event_seq)
         self._task: asyncio.Task[None] | None = None
         self._worker: RunWorker | None = None
+        self._services: SandboxServices | None = None
 
     async def start(self) -> str:
         """Build the worker and start it; the node it runs on."""
         if self._task is None:
-            # Scripted agents only for now: a sandboxed one needs this node's sandbox services
-            # (engine, model, capture) wired to hand captured calls back (see docs/scale-out.md).
-            registry = default_registry(None)
+            node_id = ray.get_runtime_context().get_node_id()
+            # This node's sandbox services: its Docker engine, its one embedded model, and
+            # captured calls into the record stream (see sclated.cluster._node).
+            self._services = await asyncio.to_thread(node_services, self._settings, node_id, self._buffer, self._key)
+            run_dir = self._services.state_dir / "runs" / self._key
+            await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
+            registry = default_registry(self._services)
+            # No judge on a node yet: a benchmark whose rounds need one fails them, naming it.
             self._worker = await asyncio.to_thread(
                 RunWorker,
                 self._key,
@@ -73,7 +80,7 @@ class RunWorkerActor:
                 self._buffer,
                 journal=self._journal,
                 judge=None,
-                run_dir=self._run_dir,
+                run_dir=run_dir,
             )
             self._task = asyncio.get_running_loop().create_task(self._run(self._worker), name=f"run:{self._key}")
         return node_label()
@@ -88,6 +95,12 @@ class RunWorkerActor:
         except Exception as exc:
             log.exception("run %s failed", self._key)
             outcome = RunOutcome("FAILED", f"internal error: {describe(exc)}")
+        if self._services is not None:
+            # The engine connection (the node's model stays for the node's other runs).
+            try:
+                await self._services.close()
+            except Exception:
+                log.exception("run %s: closing its sandbox services failed", self._key)
         capture = worker.capture_at_close()
         results = dict(outcome.results)
         if capture:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from ray.exceptions import RayActorError
 
 from adapters import Judge
 from sclated.cluster._actor import RunActor
+from sclated.cluster._node import NAMESPACE, NodeSettings
 from sclated.cluster._records import Record
 from sclated.errors import FailedPrecondition, InvalidArgument, SclateError, Unavailable, describe
 from sclated.runs import Registry, RunOutcome
@@ -33,7 +35,6 @@ __all__ = ["NAMESPACE", "PLACEMENTS", "ClusterConfig", "RayExecutor", "actor_nam
 
 log = logging.getLogger("sclated.cluster")
 
-NAMESPACE = "sclate"
 PLACEMENTS = ("spread", "pack")
 _PULL_WAIT_S = 0.5
 """How long one pull waits in the actor for a record (a long poll)."""
@@ -62,6 +63,8 @@ class ClusterConfig:
     """How many times a run is resumed on another node before it ends FAILED."""
     placement_timeout_s: float = 300.0
     """How long a run's actor may wait for a node with room before the run fails."""
+    model_n_ctx: int | None = None
+    """The context of each node's embedded model (the daemon's ``model_n_ctx``)."""
 
     def __post_init__(self) -> None:
         if not self.address:
@@ -80,9 +83,11 @@ def actor_name(scope: str, key: str) -> str:
 
 
 class RayExecutor:
-    def __init__(self, config: ClusterConfig, registry: Registry) -> None:
+    def __init__(self, config: ClusterConfig, registry: Registry, daemon_id: Callable[[], str]) -> None:
+        """``daemon_id``: the daemon's id once it started (labels the runs' containers)."""
         self.config = config
         self._registry = registry
+        self._daemon_id = daemon_id
 
     @property
     def name(self) -> str:
@@ -114,17 +119,12 @@ class RayExecutor:
         )
 
     async def prepare(self, run: AdmittedRun, sink: RecordSink, judge: Judge | None) -> Execution:
-        if self._registry.agent(run.spec.agent.harness).sandboxed:
-            raise FailedPrecondition(
-                f"harness {run.spec.agent.harness!r} runs in a sandbox, which the ray executor does not run yet "
-                "(in-daemon harnesses such as 'scripted' do); use the local executor for it",
-                reason="EXECUTOR_UNSUPPORTED",
-            )
         if run.restore_from is not None:
             raise FailedPrecondition(
                 "restoring a snapshot is not supported on the ray executor yet", reason="EXECUTOR_UNSUPPORTED"
             )
-        return _RayExecution(self.config, run, sink)
+        settings = NodeSettings(self.config.scope, self._daemon_id(), self.config.model_n_ctx)
+        return _RayExecution(self.config, run, sink, settings)
 
     async def close(self) -> None:
         # Only this driver disconnects: detached actors (running runs) go on.
@@ -132,8 +132,9 @@ class RayExecutor:
 
 
 class _RayExecution:
-    def __init__(self, config: ClusterConfig, run: AdmittedRun, sink: RecordSink) -> None:
+    def __init__(self, config: ClusterConfig, run: AdmittedRun, sink: RecordSink, settings: NodeSettings) -> None:
         self._config = config
+        self._settings = settings
         self._run = run
         self._sink = sink
         self._name = actor_name(config.scope, run.key)
@@ -194,7 +195,7 @@ class _RayExecution:
         }
         if resources.memory_bytes:
             options["memory"] = resources.memory_bytes
-        args = (self._run.key, self._run.spec.to_dict(), journal, self._sink.next_event_seq(), None)
+        args = (self._run.key, self._run.spec.to_dict(), journal, self._sink.next_event_seq(), self._settings)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._config.placement_timeout_s
         while True:
@@ -284,13 +285,13 @@ class _RayExecution:
         batch = await asyncio.wait_for(actor.next_batch.remote(after, _PULL_WAIT_S), _CALL_TIMEOUT_S)
         if not batch.records:
             return None, after
-        outcome = self._apply(batch.records)
+        outcome = await self._apply(batch.records)
         await self._sink.commit()
         last = batch.records[-1].rseq
         await asyncio.wait_for(actor.ack.remote(last), _CALL_TIMEOUT_S)
         return outcome, last
 
-    def _apply(self, records: list[Record]) -> RunOutcome | None:
+    async def _apply(self, records: list[Record]) -> RunOutcome | None:
         outcome: RunOutcome | None = None
         for record in records:
             d = record.data
@@ -298,6 +299,10 @@ class _RayExecution:
                 self._sink.put_event(int(d["seq"]), str(d["kind"]), d["payload"], int(d["sim_ns"]), int(d["wall_ns"]))
             elif record.kind == "journal":
                 self._sink.put_journal(d)
+            elif record.kind == "call":
+                # Its own transaction, by call id: stored before the batch is acknowledged,
+                # and a call delivered again is not stored twice.
+                await self._sink.put_call(str(d["call_id"]), str(d["role"]), d["record"])
             elif record.kind == "progress":
                 self._sink.progress(int(d["sim_ns"]))
             elif record.kind == "end":

@@ -25,7 +25,8 @@ __all__ = ["Batch", "Record", "RecordBuffer"]
 class Record:
     rseq: int
     kind: str
-    """``event``, ``journal``, ``progress`` or ``end`` (the run's outcome, always last)."""
+    """``event``, ``journal``, ``progress``, ``call`` (a captured model call) or ``end``
+    (the run's outcome, always last)."""
     data: dict[str, Any]
 
 
@@ -60,6 +61,10 @@ class RecordBuffer:
 
     def progress(self, sim_ns: int) -> None:
         self._add("progress", {"sim_ns": sim_ns})
+
+    def call(self, call_id: str, role: str, record: dict[str, Any]) -> None:
+        """A model call the run's capture proxy handed over (stored by call id: once)."""
+        self._add("call", {"call_id": call_id, "role": role, "record": record})
 
     def end(self, state: str, reason: str, results: dict[str, Any]) -> None:
         """The run's outcome: the last record; nothing is added after it."""

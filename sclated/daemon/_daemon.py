@@ -196,9 +196,10 @@ class ReadyFile:
             self._written = False
 
 
-def executor_for(config: DaemonConfig, registry: Registry) -> Executor | None:
+def executor_for(config: DaemonConfig, registry: Registry, daemon_id: Callable[[], str]) -> Executor | None:
     """The configured executor; None for the local one (the manager's own, which it gives
-    its observer). Ray's is imported only when configured: the local path never loads Ray."""
+    its observer). Ray's is imported only when configured: the local path never loads Ray.
+    ``daemon_id``: the daemon's id once it started (a remote sandbox is labelled with it)."""
     if config.executor != "ray":
         return None
     check_executor(config)
@@ -211,10 +212,11 @@ def executor_for(config: DaemonConfig, registry: Registry) -> Executor | None:
             scope=scope,
             placement=config.ray_placement,
             snapshot_dir=config.cluster_snapshot_dir,
+            model_n_ctx=config.model_n_ctx,
         )
     except InvalidArgument as exc:
         raise ConfigError(exc.message, field=exc.field or "executor") from None
-    return RayExecutor(cluster, registry)
+    return RayExecutor(cluster, registry, daemon_id)
 
 
 class Daemon:
@@ -255,7 +257,7 @@ class Daemon:
             runs_dir=config.state_dir / "runs",
             data_roots=self.data_roots,
             observer=self.metrics,
-            executor=executor_for(config, registry),
+            executor=executor_for(config, registry, lambda: self.daemon_id),
         )
         self.metrics.watch_runs(self.manager)
         self.manager.judge_factory = self._judge_for

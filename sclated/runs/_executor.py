@@ -59,6 +59,9 @@ class RecordSink(RunSink, Protocol):
     def put_journal(self, entry: dict[str, Any]) -> bool:
         """Apply a worker's journal entry; False when it was applied before."""
 
+    async def put_call(self, call_id: str, role: str, record: dict[str, Any]) -> bool:
+        """Store a captured model call of the run; False when that call id was stored before."""
+
     def placed(self, node: str) -> None:
         """The node the run's worker now runs on (shown by GetRun)."""
 

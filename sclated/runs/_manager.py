@@ -335,6 +335,9 @@ class _Sink:
         self.journal(entry)
         return True
 
+    async def put_call(self, call_id: str, role: str, record: dict[str, Any]) -> bool:
+        return await self._m.store.put_call(self._live.key, call_id, role, record)
+
     def placed(self, node: str) -> None:
         self._live.row.node = node
         self._m._batch.update_run(self._live.key, node=node)

@@ -12,6 +12,8 @@ from sclated.sandbox._observer import NO_SANDBOX_OBSERVER, SandboxObserver
 from sclated.sandbox._process_probe import ProcessProbe
 from sclated.sandbox._proxy import PROXY_LOG, ROLE_PORTS, SPOOL_DIR, endpoints_for, mitmdump_command
 from sclated.sandbox._session import (
+    CallStore,
+    ModelService,
     SandboxOptions,
     SandboxServices,
     SandboxSession,
@@ -26,6 +28,7 @@ __all__ = [
     "PROXY_LOG",
     "ROLE_PORTS",
     "SPOOL_DIR",
+    "CallStore",
     "ControlLimits",
     "ControlServer",
     "DiskUsage",
@@ -33,6 +36,7 @@ __all__ = [
     "DiskWatchdog",
     "Handler",
     "IsolationResult",
+    "ModelService",
     "ProcessProbe",
     "SandboxDiskMeter",
     "SandboxObserver",

@@ -39,7 +39,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from adapters import ExecOutput, LineChannel, ProxyEndpoints, RunClock
@@ -53,7 +53,7 @@ from sclated.capture import (
 )
 from sclated.clock import MAX_SIM_NS
 from sclated.errors import FailedPrecondition, InvalidArgument, NotFound, RuntimeUnavailable, SclateError
-from sclated.model import EmbeddedModel
+from sclated.model import ModelStatus
 from sclated.runtime import (
     LABEL_ROLE,
     LABEL_RUN,
@@ -89,9 +89,16 @@ from sclated.sandbox._proxy import (
     mitmdump_command,
     upstream_env,
 )
-from sclated.store import Store
 
-__all__ = ["SandboxOptions", "SandboxServices", "SandboxSession", "SessionStart", "short_sockets_dir"]
+__all__ = [
+    "CallStore",
+    "ModelService",
+    "SandboxOptions",
+    "SandboxServices",
+    "SandboxSession",
+    "SessionStart",
+    "short_sockets_dir",
+]
 
 log = logging.getLogger("sclated.sandbox")
 
@@ -186,14 +193,43 @@ def short_sockets_dir(state_dir: Path) -> Path:
     return Path(base) / f"sclated-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]}"
 
 
+class CallStore(Protocol):
+    """Where a run's captured model calls go: the daemon's store (``sclated.store.Store``)
+    or, on a cluster node, the run's record stream to the control plane."""
+
+    async def put_call(self, run: str, call_id: str, role: str, record: dict[str, Any]) -> bool:
+        """Store a call record; False when that call id was already stored (a re-delivery)."""
+        ...
+
+    async def calls(self, run: str) -> list[dict[str, Any]]:
+        """The run's call records in the order they were first stored."""
+        ...
+
+
+class ModelService(Protocol):
+    """The embedded model as sandboxes use it: ``sclated.model.EmbeddedModel`` in the
+    daemon, or on a cluster node a client of the node's one model server."""
+
+    @property
+    def status(self) -> ModelStatus: ...
+
+    async def url(self, *, timeout_s: float | None = None) -> str: ...
+
+    async def endpoint(self) -> tuple[str, int, bool]: ...
+
+    async def explain_drop(self, *, wait_s: float = 2.0) -> str | None: ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass(slots=True)
 class SandboxServices:
     """Daemon-wide parts sandboxed runs share; the engine is connected on first use."""
 
     state_dir: Path
     daemon_id: str
-    store: Store
-    model: EmbeddedModel
+    store: CallStore
+    model: ModelService
     sockets_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "sclated-sockets")
     disk_by_engine: bool | None = None
     """Whether the engine bounds a container's writable layer (StorageOpt size): learnt from
@@ -232,9 +268,9 @@ class SandboxServices:
 
 
 class _StoreRecords:
-    """The capture sink's RecordStore, on the daemon's SQLite store."""
+    """The capture sink's RecordStore, on the services' call store."""
 
-    def __init__(self, store: Store, run_key: str) -> None:
+    def __init__(self, store: CallStore, run_key: str) -> None:
         self._store = store
         self._run_key = run_key
 

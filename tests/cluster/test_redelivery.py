@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from adapters import Judge
-from sclated.cluster import RecordBuffer
+from sclated.cluster import BufferedCalls, RecordBuffer
 from sclated.errors import FailedPrecondition
 from sclated.runs import (
     AdmittedRun,
@@ -56,6 +56,10 @@ class _TwiceDelivered:
     async def run(self) -> RunOutcome:
         self._sink.running(self._run.running_reason)
         buffer = RecordBuffer(self._sink.next_event_seq())
+        # A call the sandbox's capture proxy handed over on the node (twice: its first reply was lost).
+        calls = BufferedCalls(buffer, self._run.key)
+        for _ in range(2):
+            await calls.put_call(self._run.key, "call-1", "agent", {"call_id": "call-1", "role": "agent"})
         worker = await asyncio.to_thread(
             RunWorker, self._run.key, self._run.spec, self._registry, buffer, journal=self._run.journal
         )
@@ -83,6 +87,8 @@ class _TwiceDelivered:
                         new = self._sink.put_event(d["seq"], d["kind"], d["payload"], d["sim_ns"], d["wall_ns"])
                     elif record.kind == "journal":
                         new = self._sink.put_journal(d)
+                    elif record.kind == "call":
+                        new = await self._sink.put_call(d["call_id"], d["role"], d["record"])
                     else:
                         self._sink.progress(d["sim_ns"])
                         continue
@@ -150,6 +156,7 @@ async def test_a_twice_delivered_stream_is_stored_once(store: Store) -> None:
     assert [e.seq for e in stored] == [e.seq for e in events]
     journal = await store.journal("acme/twice")
     assert [int(e["seq"]) for e in journal] == list(range(len(journal)))
+    assert await store.calls("acme/twice") == [{"call_id": "call-1", "role": "agent"}]
     (execution,) = executor.executions
     assert execution.redelivered == execution.applied > 0
     row = await store.get_run("acme/twice")

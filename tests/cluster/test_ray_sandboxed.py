@@ -1,0 +1,98 @@
+"""A sandboxed run on the Ray executor: a real daemon with --executor ray, a cluster of a
+head and two nodes on this machine (sharing its one Docker engine), the MetaClaw
+``tiny`` scenario with the ``reference`` harness in its container and the node's own
+embedded model; its captured calls come back to the daemon's store over the record
+stream."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiodocker
+import grpc
+import pytest
+from sclate_api.v1 import sclate_pb2 as pb
+from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
+
+from sclated.bench import start_daemon_process
+from sclated.cluster import LocalCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
+
+FAST = {"max_tokens": 24, "max_steps": 2}
+"""The agent options of tests/e2e/test_sandboxed_run.py: a short run of real calls."""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    c = LocalCluster(nodes=2, sandbox_slots=1)
+    asyncio.run(c.start())
+    try:
+        yield c
+    finally:
+        asyncio.run(c.stop())
+
+
+async def _containers_of(run_id: str) -> list[str]:
+    async with aiodocker.Docker() as docker:
+        found = await docker.containers.list(all=True, filters=json.dumps({"label": [f"sclate.run={run_id}"]}))
+        return [c.id for c in found]
+
+
+def _named_actors(address: str) -> list[str]:
+    """The live named actors of the cluster, asked by a driver of its own."""
+    script = (
+        f"import ray;ray.init(address={address!r},log_to_driver=False,logging_level='ERROR');"
+        "print('\\n'.join(a['name'] for a in ray.util.list_named_actors(all_namespaces=True)))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout.splitlines()
+
+
+async def test_a_sandboxed_metaclaw_run_on_a_node_captures_its_calls(tmp_path: Path, cluster: LocalCluster) -> None:
+    state = tmp_path / "state"
+    proc, ready = await start_daemon_process(
+        state, "--executor", "ray", "--ray-address", cluster.address, "--drain-grace-s", "0.5", timeout_s=120
+    )
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=["day01"]),
+                agent=pb.AgentSpec(harness="reference"),
+            )
+            run.agent.options.update(FAST)
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="mc-ray"))
+            events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name))]
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
+            assert final.state == pb.SUCCEEDED, final.state_reason
+            r = final.results
+            assert r.rounds == r.rounds_graded >= 1
+            assert any(e.WhichOneof("kind") == "turn" for e in events)
+            # It ran on a node that declares sandbox slots, not on the head.
+            on = {m.node_id[:16]: m.index for m in cluster.members}[final.node.split("@")[0]]
+            assert on != 0, final.node
+            # Its model calls, captured in the container on that node, are in the daemon's store.
+            roles = {c.role: c for c in r.calls}
+            assert roles["agent"].calls > 0 and roles["agent"].completion_tokens > 0
+            cap = r.capture
+            assert cap.calls_failed == 0 and cap.calls_lost == 0 and cap.calls_unleased == 0, cap
+            assert cap.drain == "ok" and cap.calls == sum(c.calls for c in r.calls) > 0
+            trajectories = [t async for t in stub.StreamTrajectories(pb.StreamTrajectoriesRequest(run=created.name))]
+            assert sum(len(t.call_ids) for t in trajectories) == cap.calls
+        # The sandbox is gone with the run; the node's embedded model stays for its next runs.
+        assert await _containers_of("mc-ray") == []
+        scope = hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:12]
+        node_id = next(m.node_id for m in cluster.members if m.index == on)
+        assert f"model-{scope}-{node_id[:16]}" in await asyncio.to_thread(_named_actors, cluster.address)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
