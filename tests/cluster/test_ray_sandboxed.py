@@ -96,3 +96,36 @@ async def test_a_sandboxed_metaclaw_run_on_a_node_captures_its_calls(tmp_path: P
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
+
+
+async def test_cancelling_a_sandboxed_run_on_a_node_removes_its_container(
+    tmp_path: Path, cluster: LocalCluster
+) -> None:
+    state = tmp_path / "state"
+    proc, ready = await start_daemon_process(
+        state, "--executor", "ray", "--ray-address", cluster.address, "--drain-grace-s", "0.5", timeout_s=120
+    )
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            run = pb.Run(
+                benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny"),
+                agent=pb.AgentSpec(harness="reference"),
+            )
+            run.agent.options.update(FAST)
+            created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="mc-ray-cancel"))
+            async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
+                if ev.WhichOneof("kind") == "turn":
+                    break
+            assert len(await _containers_of("mc-ray-cancel")) == 1  # its sandbox, on its node's engine
+            cancelled = await stub.CancelRun(pb.CancelRunRequest(name=created.name))
+            assert cancelled.state == pb.CANCELLED
+            events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name))]
+            assert events[-1].state.state == pb.CANCELLED
+        # The worker closed its sandbox before its actor went.
+        assert await _containers_of("mc-ray-cancel") == []
+        runs = [n for n in await asyncio.to_thread(_named_actors, cluster.address) if n.startswith("run-")]
+        assert runs == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
