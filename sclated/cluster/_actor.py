@@ -14,11 +14,12 @@ import contextlib
 import json
 import logging
 import socket
+from pathlib import Path
 from typing import Any
 
 import ray
 
-from sclated.cluster._node import NodeSettings, node_services
+from sclated.cluster._node import NodeSettings, node_services, remove_run_dir
 from sclated.cluster._records import Batch, RecordBuffer
 from sclated.errors import SclateError, describe
 from sclated.runs import RunOutcome, RunSpec, RunWorker, default_registry
@@ -60,6 +61,7 @@ class RunWorkerActor:
         self._task: asyncio.Task[None] | None = None
         self._worker: RunWorker | None = None
         self._services: SandboxServices | None = None
+        self._run_dir: Path | None = None
 
     async def start(self) -> str:
         """Build the worker and start it; the node it runs on."""
@@ -70,6 +72,7 @@ class RunWorkerActor:
             self._services = await asyncio.to_thread(node_services, self._settings, node_id, self._buffer, self._key)
             run_dir = self._services.state_dir / "runs" / self._key
             await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
+            self._run_dir = run_dir
             registry = default_registry(self._services)
             # No judge on a node yet: a benchmark whose rounds need one fails them, naming it.
             self._worker = await asyncio.to_thread(
@@ -101,6 +104,10 @@ class RunWorkerActor:
                 await self._services.close()
             except Exception:
                 log.exception("run %s: closing its sandbox services failed", self._key)
+            if self._run_dir is not None:
+                # Nothing reads a node's run directory once the run ended (its records went
+                # to the control plane): it goes, and the node's directory once it is empty.
+                await asyncio.to_thread(remove_run_dir, self._run_dir, self._services.state_dir)
         capture = worker.capture_at_close()
         results = dict(outcome.results)
         if capture:

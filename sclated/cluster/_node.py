@@ -16,6 +16,7 @@ with
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,15 @@ from sclated.errors import InvalidArgument, ModelUnavailable, describe
 from sclated.model import EmbeddedModel, ModelStatus
 from sclated.sandbox import SandboxServices, short_sockets_dir
 
-__all__ = ["BufferedCalls", "NodeModel", "NodeModelClient", "NodeSettings", "node_services", "node_state_dir"]
+__all__ = [
+    "BufferedCalls",
+    "NodeModel",
+    "NodeModelClient",
+    "NodeSettings",
+    "node_services",
+    "node_state_dir",
+    "remove_run_dir",
+]
 
 NAMESPACE = "sclate"
 
@@ -180,3 +189,15 @@ def node_services(settings: NodeSettings, node_id: str, buffer: RecordBuffer, ru
         model=NodeModelClient(settings, node_id, state_dir),
         sockets_dir=short_sockets_dir(state_dir),
     )
+
+
+def remove_run_dir(run_dir: Path, node_dir: Path) -> None:
+    """Remove a run's directory under ``node_dir``, then its parents up to ``node_dir`` as they empty."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    parent = run_dir.parent
+    while parent != node_dir.parent and parent.is_relative_to(node_dir):
+        try:
+            parent.rmdir()  # only when empty: other runs, the model's log
+        except OSError:
+            return
+        parent = parent.parent

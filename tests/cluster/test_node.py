@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sclated.cluster import BufferedCalls, RecordBuffer
+from sclated.cluster._node import remove_run_dir
 from sclated.errors import InvalidArgument
 
 
@@ -31,3 +34,19 @@ async def test_a_call_of_another_run_is_refused() -> None:
     calls = BufferedCalls(RecordBuffer(1), "acme/r1")
     with pytest.raises(InvalidArgument, match="acme/r2"):
         await calls.put_call("acme/r2", "c1", "agent", {})
+
+
+def test_an_ended_runs_directory_goes_and_the_nodes_once_empty(tmp_path: Path) -> None:
+    node = tmp_path / "sclated-node-x"
+    a, b = node / "runs" / "acme" / "a", node / "runs" / "acme" / "b"
+    for d in (a, b):
+        (d / "world").mkdir(parents=True)
+    remove_run_dir(a, node)
+    assert not a.exists() and b.is_dir()  # another run of the tenant keeps the parents
+    remove_run_dir(b, node)
+    assert not node.exists()
+    # The node's model log keeps the node's directory.
+    (node / "runs" / "acme" / "c").mkdir(parents=True)
+    (node / "model-server.log").write_text("")
+    remove_run_dir(node / "runs" / "acme" / "c", node)
+    assert sorted(p.name for p in node.iterdir()) == ["model-server.log"]

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from sclate_api.v1 import sclate_pb2 as pb
 from sclate_api.v1 import sclate_pb2_grpc as pb_grpc
 
 from sclated.bench import start_daemon_process
-from sclated.cluster import LocalCluster
+from sclated.cluster import LocalCluster, node_state_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
@@ -38,6 +40,10 @@ def cluster() -> Iterator[LocalCluster]:
         yield c
     finally:
         asyncio.run(c.stop())
+        # The nodes' directories (their model's log) outlive the runs, not the cluster.
+        for m in c.members:
+            for d in Path(tempfile.gettempdir()).glob(f"sclated-node-*-{m.node_id[:16]}"):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 async def _containers_of(run_id: str) -> list[str]:
@@ -93,6 +99,11 @@ async def test_a_sandboxed_metaclaw_run_on_a_node_captures_its_calls(tmp_path: P
         scope = hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:12]
         node_id = next(m.node_id for m in cluster.members if m.index == on)
         assert f"model-{scope}-{node_id[:16]}" in await asyncio.to_thread(_named_actors, cluster.address)
+        # The model server ran on that node (its log is in the node's directory); the run's own
+        # directory there went with the run.
+        node_dir = node_state_dir(scope, node_id)
+        assert (node_dir / "model-server.log").stat().st_size > 0
+        assert not (node_dir / "runs").exists()
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
