@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sclated.cluster._node import node_dirs
 from sclated.errors import Unavailable
 
 __all__ = ["LocalCluster", "LocalNode"]
@@ -160,6 +161,11 @@ class LocalCluster:
         await asyncio.gather(*(end(n) for n in self.members))
         if self._root is not None:
             await asyncio.to_thread(shutil.rmtree, self._root, True)
+        # The nodes' own directories (their model's log, the run dirs of a killed node) go with them.
+        for node in self.members:
+            if node.node_id:
+                for d in node_dirs(node.node_id):
+                    await asyncio.to_thread(shutil.rmtree, d, True)
 
 
 def alive_node_ids(address: str) -> list[str]:

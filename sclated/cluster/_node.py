@@ -37,6 +37,7 @@ __all__ = [
     "NodeModel",
     "NodeModelClient",
     "NodeSettings",
+    "node_dirs",
     "node_services",
     "node_state_dir",
     "remove_run_dir",
@@ -61,6 +62,11 @@ def node_state_dir(scope: str, node_id: str) -> Path:
     """This node's directory for the daemon ``scope``: the model's log, run dirs, sockets.
     Named by the node too: nodes of a cluster on one machine share its temp dir."""
     return Path(tempfile.gettempdir()) / f"sclated-node-{scope}-{node_id[:16]}"
+
+
+def node_dirs(node_id: str) -> list[Path]:
+    """Every daemon scope's directory of node ``node_id`` on this machine."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"sclated-node-*-{node_id[:16]}"))
 
 
 class NodeModelActor:

@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,10 +38,6 @@ def cluster() -> Iterator[LocalCluster]:
         yield c
     finally:
         asyncio.run(c.stop())
-        # The nodes' directories (their model's log) outlive the runs, not the cluster.
-        for m in c.members:
-            for d in Path(tempfile.gettempdir()).glob(f"sclated-node-*-{m.node_id[:16]}"):
-                shutil.rmtree(d, ignore_errors=True)
 
 
 async def _containers_of(run_id: str) -> list[str]:
