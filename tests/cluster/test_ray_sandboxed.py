@@ -134,3 +134,44 @@ async def test_cancelling_a_sandboxed_run_on_a_node_removes_its_container(
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await proc.wait() == 0
+
+
+async def test_a_restarted_daemon_adopts_a_sandboxed_run_on_its_node(tmp_path: Path, cluster: LocalCluster) -> None:
+    """SIGTERM: the daemon leaves the run RUNNING, its worker and container go on on the
+    node; the next daemon process (which reaps its own leftover containers at start-up)
+    keeps the run's container, adopts the worker and stores the rest of its calls."""
+    state = tmp_path / "state"
+    args = ("--executor", "ray", "--ray-address", cluster.address, "--drain-grace-s", "0.5")
+    proc, ready = await start_daemon_process(state, *args, timeout_s=120)
+    async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+        stub = pb_grpc.SclateStub(ch)
+        run = pb.Run(
+            benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=["day01"]),
+            agent=pb.AgentSpec(harness="reference"),
+        )
+        run.agent.options.update(FAST)
+        created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="mc-ray-adopt"))
+        async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
+            if ev.WhichOneof("kind") == "turn":
+                break
+    proc.send_signal(signal.SIGTERM)
+    assert await proc.wait() == 0
+    assert len(await _containers_of("mc-ray-adopt")) == 1  # left running with its worker
+
+    proc, ready = await start_daemon_process(state, *args, timeout_s=120)
+    try:
+        async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
+            stub = pb_grpc.SclateStub(ch)
+            events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name))]
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            states = [e.state.reason for e in events if e.WhichOneof("kind") == "state"]
+            assert not [s for s in states if "resumed" in s], states
+            final = await stub.GetRun(pb.GetRunRequest(name=created.name))
+            assert final.state == pb.SUCCEEDED, final.state_reason
+            cap = final.results.capture
+            assert cap.calls_lost == 0 and cap.calls == sum(c.calls for c in final.results.calls) > 0, cap
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await proc.wait() == 0
+    assert await _containers_of("mc-ray-adopt") == []  # gone with the run
+    assert "adopted its worker" in (state / "sclated.log").read_text()
