@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiodocker
 import grpc
@@ -56,20 +57,30 @@ def _named_actors(address: str) -> list[str]:
     return out.stdout.splitlines()
 
 
-async def test_a_sandboxed_metaclaw_run_on_a_node_captures_its_calls(tmp_path: Path, cluster: LocalCluster) -> None:
-    state = tmp_path / "state"
-    proc, ready = await start_daemon_process(
+async def _ray_daemon(state: Path, cluster: LocalCluster) -> tuple[asyncio.subprocess.Process, dict[str, Any]]:
+    return await start_daemon_process(
         state, "--executor", "ray", "--ray-address", cluster.address, "--drain-grace-s", "0.5", timeout_s=120
     )
+
+
+async def _create(stub: pb_grpc.SclateStub, run_id: str, subset: list[str]) -> pb.Run:
+    """A MetaClaw ``tiny`` run (``subset``: its days) of the reference harness, FAST."""
+    run = pb.Run(
+        benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=subset),
+        agent=pb.AgentSpec(harness="reference"),
+    )
+    run.agent.options.update(FAST)
+    created: pb.Run = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id=run_id))
+    return created
+
+
+async def test_a_sandboxed_metaclaw_run_on_a_node_captures_its_calls(tmp_path: Path, cluster: LocalCluster) -> None:
+    state = tmp_path / "state"
+    proc, ready = await _ray_daemon(state, cluster)
     try:
         async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
             stub = pb_grpc.SclateStub(ch)
-            run = pb.Run(
-                benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=["day01"]),
-                agent=pb.AgentSpec(harness="reference"),
-            )
-            run.agent.options.update(FAST)
-            created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="mc-ray"))
+            created = await _create(stub, "mc-ray", ["day01"])
             events = [ev async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name))]
             assert [e.seq for e in events] == list(range(1, len(events) + 1))
             final = await stub.GetRun(pb.GetRunRequest(name=created.name))
@@ -107,18 +118,11 @@ async def test_cancelling_a_sandboxed_run_on_a_node_removes_its_container(
     tmp_path: Path, cluster: LocalCluster
 ) -> None:
     state = tmp_path / "state"
-    proc, ready = await start_daemon_process(
-        state, "--executor", "ray", "--ray-address", cluster.address, "--drain-grace-s", "0.5", timeout_s=120
-    )
+    proc, ready = await _ray_daemon(state, cluster)
     try:
         async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
             stub = pb_grpc.SclateStub(ch)
-            run = pb.Run(
-                benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny"),
-                agent=pb.AgentSpec(harness="reference"),
-            )
-            run.agent.options.update(FAST)
-            created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="mc-ray-cancel"))
+            created = await _create(stub, "mc-ray-cancel", [])
             async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
                 if ev.WhichOneof("kind") == "turn":
                     break
@@ -141,16 +145,10 @@ async def test_a_restarted_daemon_adopts_a_sandboxed_run_on_its_node(tmp_path: P
     node; the next daemon process (which reaps its own leftover containers at start-up)
     keeps the run's container, adopts the worker and stores the rest of its calls."""
     state = tmp_path / "state"
-    args = ("--executor", "ray", "--ray-address", cluster.address, "--drain-grace-s", "0.5")
-    proc, ready = await start_daemon_process(state, *args, timeout_s=120)
+    proc, ready = await _ray_daemon(state, cluster)
     async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
         stub = pb_grpc.SclateStub(ch)
-        run = pb.Run(
-            benchmark=pb.BenchmarkSpec(name="metaclaw", scenario="tiny", subset=["day01"]),
-            agent=pb.AgentSpec(harness="reference"),
-        )
-        run.agent.options.update(FAST)
-        created = await stub.CreateRun(pb.CreateRunRequest(run=run, run_id="mc-ray-adopt"))
+        created = await _create(stub, "mc-ray-adopt", ["day01"])
         async for ev in stub.WatchRun(pb.WatchRunRequest(name=created.name)):
             if ev.WhichOneof("kind") == "turn":
                 break
@@ -158,7 +156,7 @@ async def test_a_restarted_daemon_adopts_a_sandboxed_run_on_its_node(tmp_path: P
     assert await proc.wait() == 0
     assert len(await _containers_of("mc-ray-adopt")) == 1  # left running with its worker
 
-    proc, ready = await start_daemon_process(state, *args, timeout_s=120)
+    proc, ready = await _ray_daemon(state, cluster)
     try:
         async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
             stub = pb_grpc.SclateStub(ch)
