@@ -13,14 +13,16 @@ import asyncio
 import contextlib
 import json
 import logging
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from sclated.cluster._node import NodeSettings, node_services, remove_run_dir
+from sclated.cluster._node import BufferedCalls, NodeSettings, node_services, remove_run_dir
 from sclated.cluster._records import Batch, RecordBuffer
+from sclated.cluster._snapshots import ensure_image, export_image
 from sclated.errors import SclateError, describe
 from sclated.runs import RunOutcome, RunSpec, RunWorker, default_registry
 from sclated.sandbox import SandboxServices
@@ -52,12 +54,18 @@ class RunWorkerActor:
         journal: list[dict[str, Any]] | None,
         next_event_seq: int,
         settings: NodeSettings,
+        restore_from: str | None = None,
     ) -> None:
+        """``restore_from``: a snapshot in the shared directory the agent starts from."""
         self._key = key
+        self._restore_from = Path(restore_from) if restore_from else None
+        self.image_loaded = False
+        """Whether this worker loaded its snapshot's image from the shared directory."""
         self._spec = RunSpec.from_dict(spec)
         self._journal = journal
         self._settings = settings
         self._buffer = RecordBuffer(next_event_seq)
+        self._calls = BufferedCalls(self._buffer, key)
         self._task: asyncio.Task[None] | None = None
         self._worker: RunWorker | None = None
         self._services: SandboxServices | None = None
@@ -69,7 +77,13 @@ class RunWorkerActor:
             node_id = ray.get_runtime_context().get_node_id()
             # This node's sandbox services: its Docker engine, its one embedded model, and
             # captured calls into the record stream (see sclated.cluster._node).
-            self._services = await asyncio.to_thread(node_services, self._settings, node_id, self._buffer, self._key)
+            self._services = await asyncio.to_thread(
+                node_services, self._settings, node_id, self._buffer, self._key, self._calls
+            )
+            restore = self._restore_from
+            if restore is not None and await asyncio.to_thread((restore / "sandbox").is_dir):
+                # The snapshot was taken on some node: its image comes from the shared directory.
+                self.image_loaded = await ensure_image(restore)
             run_dir = self._services.state_dir / "runs" / self._key
             await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
             self._run_dir = run_dir
@@ -85,6 +99,7 @@ class RunWorkerActor:
                 judge=None,
                 run_dir=run_dir,
             )
+            self._worker.restore_from = self._restore_from
             self._task = asyncio.get_running_loop().create_task(self._run(self._worker), name=f"run:{self._key}")
         return node_label()
 
@@ -116,6 +131,50 @@ class RunWorkerActor:
 
     def node(self) -> str:
         return node_label()
+
+    def loaded_image(self) -> bool:
+        return self.image_loaded
+
+    async def snapshot(self, tmp: str, final: str, at_turn_boundary: bool) -> dict[str, Any]:
+        """Save the run into ``tmp`` (shared storage) as it will be once renamed to ``final``."""
+        worker = self._worker
+        if worker is None:
+            raise SclateError(f"run {self._key!r} has not started on this node")
+        tmp_dir, final_dir = Path(tmp), Path(final)
+        before: list[dict[str, Any]] = []
+
+        async def paused() -> None:
+            before.extend(await self._calls.calls(self._key))
+
+        sandbox: dict[str, Any] | None = None
+        try:
+            await asyncio.to_thread(tmp_dir.mkdir, parents=True)
+            cap = await worker.capture(tmp_dir, on_paused=paused, at_turn_boundary=at_turn_boundary)
+            sandbox = cap.sandbox
+            shared = await export_image(tmp_dir, final_dir, sandbox) if sandbox is not None else None
+        except BaseException:
+            await self._discard(tmp_dir, sandbox)
+            raise
+        return {
+            "journal_length": cap.journal_length,
+            "sim_ns": cap.sim_ns,
+            "sandbox": shared,
+            "agent_state": cap.agent_state,
+            "calls": _jsonable({"calls": before})["calls"],
+        }
+
+    async def discard(self, tmp: str, sandbox: dict[str, Any] | None) -> None:
+        """A snapshot the control plane could not record: its files and committed image go."""
+        await self._discard(Path(tmp), sandbox)
+
+    async def _discard(self, tmp: Path, sandbox: dict[str, Any] | None) -> None:
+        await asyncio.to_thread(shutil.rmtree, tmp, True)
+        files = self._worker.agent.files if self._worker is not None else None
+        if sandbox is not None and files is not None:
+            try:
+                await asyncio.shield(files.discard(sandbox))
+            except SclateError as exc:
+                log.warning("run %s: removing a half-made snapshot failed: %s", self._key, exc.message)
 
     async def next_batch(self, after: int, wait_s: float) -> Batch:
         """Records after stream number ``after``, waiting up to ``wait_s`` for one."""

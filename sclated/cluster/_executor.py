@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +28,11 @@ from adapters import Judge
 from sclated.cluster._actor import RunActor
 from sclated.cluster._node import NAMESPACE, NodeSettings
 from sclated.cluster._records import Record
+from sclated.cluster._snapshots import shared_dir, temp_dir
 from sclated.errors import FailedPrecondition, InvalidArgument, SclateError, Unavailable, describe
 from sclated.runs import Registry, RunOutcome
-from sclated.runs._executor import AdmittedRun, Execution, RecordSink
+from sclated.runs._executor import AdmittedRun, Execution, RecordSink, RemoteSnapshot
+from sclated.runs._worker import Capture
 
 __all__ = ["NAMESPACE", "PLACEMENTS", "ClusterConfig", "RayExecutor", "actor_name"]
 
@@ -45,6 +48,8 @@ _NAME_FREE_S = 60.0
 """How long a new worker waits for the name of the one it replaces to be free."""
 _CALL_TIMEOUT_S = 30.0
 """A call to a live actor answers well within this; past it the actor counts as lost."""
+_SNAPSHOT_TIMEOUT_S = 900.0
+"""A snapshot on a node: a commit and a ``docker save`` of the image (hundreds of MB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +124,13 @@ class RayExecutor:
         )
 
     async def prepare(self, run: AdmittedRun, sink: RecordSink, judge: Judge | None) -> Execution:
-        if run.restore_from is not None:
+        root = self.config.snapshot_dir
+        if run.restore_from is not None and (root is None or not run.restore_from.is_relative_to(root)):
+            # Taken by the local executor: its image is in the daemon's engine only.
             raise FailedPrecondition(
-                "restoring a snapshot is not supported on the ray executor yet", reason="EXECUTOR_UNSUPPORTED"
+                f"snapshot {run.restore_from} is not in cluster_snapshot_dir ({root or 'not set'}): only "
+                "snapshots taken on the cluster can be restored on it",
+                reason="EXECUTOR_UNSUPPORTED",
             )
         settings = NodeSettings(self.config.scope, self._daemon_id(), self.config.model_n_ctx)
         return _RayExecution(self.config, run, sink, settings)
@@ -141,10 +150,58 @@ class _RayExecution:
         self._actor: Any = None
         self._node = ""
         self._capture: dict[str, Any] | None = None
+        self._latest: Path | None = run.restore_from
+        """The newest shared snapshot of the run known here: a lost node's run resumes from it."""
 
     @property
     def worker(self) -> None:
         return None
+
+    @property
+    def snapshots(self) -> _RayExecution:
+        return self
+
+    # -- snapshots (sclated.runs.RemoteCapture) ---------------------------------------------
+    async def capture(self, tenant: str, snapshot_id: str, *, at_turn_boundary: bool) -> RemoteSnapshot:
+        root = self._config.snapshot_dir
+        if root is None:
+            raise FailedPrecondition(
+                f"run {self._run.key!r} runs on the ray executor (node {self._node or 'unknown'}): its snapshots "
+                "must be kept where every node reads them; set cluster_snapshot_dir",
+                reason="NO_SNAPSHOT_DIR",
+            )
+        actor = self._actor
+        if actor is None:
+            raise FailedPrecondition(
+                f"run {self._run.key!r} has no worker on a node yet; take the snapshot once it is running",
+                reason="RUN_NOT_READY",
+            )
+        final = shared_dir(root, self._run.key, snapshot_id)
+        tmp = temp_dir(final)
+        await asyncio.to_thread(final.parent.mkdir, parents=True, exist_ok=True)
+        try:
+            got = await asyncio.wait_for(
+                actor.snapshot.remote(str(tmp), str(final), at_turn_boundary), _SNAPSHOT_TIMEOUT_S
+            )
+        except (RayActorError, TimeoutError) as exc:
+            await asyncio.to_thread(shutil.rmtree, tmp, True)
+            raise Unavailable(
+                f"run {self._run.key!r}: its worker on node {self._node} was lost during the snapshot "
+                f"({type(exc).__name__}); nothing was kept",
+                reason="WORKER_LOST",
+            ) from None
+        capture = Capture(int(got["journal_length"]), int(got["sim_ns"]), got["sandbox"], bool(got["agent_state"]))
+        self._latest = final
+        return RemoteSnapshot(tmp, final, capture, list(got["calls"]))
+
+    async def discard(self, taken: RemoteSnapshot) -> None:
+        if self._latest == taken.final_dir:
+            self._latest = self._run.restore_from
+        actor = self._actor
+        if actor is not None:
+            with contextlib.suppress(RayActorError, TimeoutError):
+                await asyncio.wait_for(actor.discard.remote(str(taken.tmp_dir), taken.capture.sandbox), _CALL_TIMEOUT_S)
+        await asyncio.to_thread(shutil.rmtree, taken.tmp_dir, True)
 
     @property
     def survives_shutdown(self) -> bool:
@@ -176,8 +233,9 @@ class _RayExecution:
         log.info("run %s: adopted its worker on node %s", self._run.key, self._node)
         return actor
 
-    async def _launch(self, journal: list[dict[str, Any]] | None, reason: str) -> Any:
-        """A new actor for the run, started from ``journal`` (None: from the beginning)."""
+    async def _launch(self, journal: list[dict[str, Any]] | None, reason: str, restore_from: Path | None = None) -> Any:
+        """A new actor for the run, started from ``journal`` (None: from the beginning) and,
+        with ``restore_from``, the agent's files of that snapshot."""
         with contextlib.suppress(ValueError):
             stale = await asyncio.to_thread(ray.get_actor, self._name, NAMESPACE)
             await asyncio.to_thread(_kill, stale)
@@ -195,7 +253,14 @@ class _RayExecution:
         }
         if resources.memory_bytes:
             options["memory"] = resources.memory_bytes
-        args = (self._run.key, self._run.spec.to_dict(), journal, self._sink.next_event_seq(), self._settings)
+        args = (
+            self._run.key,
+            self._run.spec.to_dict(),
+            journal,
+            self._sink.next_event_seq(),
+            self._settings,
+            str(restore_from) if restore_from is not None else None,
+        )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._config.placement_timeout_s
         while True:
@@ -242,7 +307,7 @@ class _RayExecution:
     async def run(self) -> RunOutcome:
         actor = await self._adopt() if self._run.journal is not None else None
         if actor is None:
-            actor = await self._launch(self._run.journal, self._run.running_reason)
+            actor = await self._launch(self._run.journal, self._run.running_reason, self._run.restore_from)
         else:
             self._sink.placed(self._node)
         self._actor = actor
@@ -265,8 +330,12 @@ class _RayExecution:
                     await asyncio.to_thread(_kill, actor)
                 try:
                     journal = await self._sink.durable_journal()
+                    latest = self._latest
+                    if latest is not None and not await asyncio.to_thread(latest.is_dir):
+                        latest = None
+                    how = f"its snapshot {latest.name} and its journal" if latest is not None else "its journal"
                     actor = await self._launch(
-                        journal, f"resumed from its journal on another node: node {lost} was lost"
+                        journal, f"resumed from {how} on another node: node {lost} was lost", latest
                     )
                 except (SclateError, RayActorError, ValueError, TimeoutError) as failed:
                     log.exception("run %s: resuming it after node %s was lost failed", self._run.key, lost)

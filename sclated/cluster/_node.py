@@ -184,14 +184,17 @@ class BufferedCalls:
         return list(self._calls.values())
 
 
-def node_services(settings: NodeSettings, node_id: str, buffer: RecordBuffer, run_key: str) -> SandboxServices:
-    """A run's sandbox services on this node (the engine is connected on first use)."""
+def node_services(
+    settings: NodeSettings, node_id: str, buffer: RecordBuffer, run_key: str, calls: BufferedCalls | None = None
+) -> SandboxServices:
+    """A run's sandbox services on this node (the engine is connected on first use);
+    ``calls``: the run's call store when its worker reads it too (snapshots)."""
     state_dir = node_state_dir(settings.scope, node_id)
     state_dir.mkdir(parents=True, exist_ok=True)
     return SandboxServices(
         state_dir=state_dir,
         daemon_id=settings.daemon_id,
-        store=BufferedCalls(buffer, run_key),
+        store=calls if calls is not None else BufferedCalls(buffer, run_key),
         model=NodeModelClient(settings, node_id, state_dir),
         sockets_dir=short_sockets_dir(state_dir),
     )

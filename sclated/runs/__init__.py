@@ -2,7 +2,15 @@
 many runs managed durably in one daemon."""
 
 from sclated.runs._data_roots import DataRoots
-from sclated.runs._executor import AdmittedRun, Execution, Executor, LocalExecutor, RecordSink
+from sclated.runs._executor import (
+    AdmittedRun,
+    Execution,
+    Executor,
+    LocalExecutor,
+    RecordSink,
+    RemoteCapture,
+    RemoteSnapshot,
+)
 from sclated.runs._judge import JUDGE_MAX_TOKENS, JudgeConfig, ask_judge
 from sclated.runs._loop import EffectExecutor, RunLoop, RunObserver, RunSummary, Turn
 from sclated.runs._manager import (
@@ -52,6 +60,8 @@ __all__ = [
     "ModelRef",
     "RecordSink",
     "Registry",
+    "RemoteCapture",
+    "RemoteSnapshot",
     "Resources",
     "RestorePlan",
     "Retention",

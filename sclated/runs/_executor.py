@@ -19,9 +19,9 @@ from adapters import Judge
 from sclated.runs._observe import NO_RUNS_OBSERVER, RunsObserver
 from sclated.runs._registry import Registry
 from sclated.runs._spec import RunSpec
-from sclated.runs._worker import RunOutcome, RunSink, RunWorker
+from sclated.runs._worker import Capture, RunOutcome, RunSink, RunWorker
 
-__all__ = ["AdmittedRun", "Execution", "Executor", "LocalExecutor", "RecordSink"]
+__all__ = ["AdmittedRun", "Execution", "Executor", "LocalExecutor", "RecordSink", "RemoteCapture", "RemoteSnapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,28 @@ class RecordSink(RunSink, Protocol):
         """The run's stored journal (to resume it elsewhere)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteSnapshot:
+    """A snapshot a remote worker took: its files in ``tmp_dir`` (the final directory's
+    sibling, on storage the daemon reads too), not yet published as ``final_dir``."""
+
+    tmp_dir: Path
+    final_dir: Path
+    capture: Capture
+    calls: list[dict[str, Any]]
+    """The run's call records captured before the agent was frozen, as the worker saw them."""
+
+
+class RemoteCapture(Protocol):
+    """Snapshots of a run whose worker is elsewhere (``Execution.snapshots``)."""
+
+    async def capture(self, tenant: str, snapshot_id: str, *, at_turn_boundary: bool) -> RemoteSnapshot:
+        """Have the worker save the run into a temporary directory next to the snapshot's."""
+
+    async def discard(self, taken: RemoteSnapshot) -> None:
+        """Remove what ``capture`` made (the snapshot could not be recorded)."""
+
+
 class Execution(Protocol):
     """One admitted run being executed; ``run`` is called once."""
 
@@ -82,6 +104,10 @@ class Execution(Protocol):
     @property
     def survives_shutdown(self) -> bool:
         """Whether the worker goes on when the daemon stops (the next daemon adopts it)."""
+
+    @property
+    def snapshots(self) -> RemoteCapture | None:
+        """How a remote worker's run is snapshotted; None when the worker is here."""
 
     async def run(self) -> RunOutcome:
         """Execute to the end; cancelling the caller stops (or, at shutdown, leaves) the worker."""
@@ -123,6 +149,10 @@ class _LocalExecution:
     @property
     def survives_shutdown(self) -> bool:
         return False
+
+    @property
+    def snapshots(self) -> None:
+        return None
 
     async def run(self) -> RunOutcome:
         self._sink.running(self._reason)

@@ -726,10 +726,17 @@ class RunManager:
         row = await self._get_row(tenant, run_name, "run")
         live = self._live.get(row.name)
         if row.state == "RUNNING" and live is not None and live.worker is None and live.execution is not None:
-            raise FailedPrecondition(
-                f"run {run_name!r} runs on the {self.executor.name} executor (node {row.node or 'unknown'}), "
-                "whose runs cannot be snapshotted yet",
-                reason="EXECUTOR_UNSUPPORTED",
+            remote = live.execution.snapshots
+            if remote is None:
+                raise FailedPrecondition(
+                    f"run {run_name!r} runs on the {self.executor.name} executor (node {row.node or 'unknown'}), "
+                    "whose runs cannot be snapshotted",
+                    reason="EXECUTOR_UNSUPPORTED",
+                )
+            # Its worker is on another machine: it saves there, into storage both sides read.
+            await self._check_space()
+            return await self.snapshots.save_remote(
+                live.key, row.tenant, remote, snapshot_id, at_turn_boundary=at_turn_boundary
             )
         if row.state != "RUNNING" or live is None or live.worker is None:
             raise FailedPrecondition(

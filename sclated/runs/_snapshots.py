@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -38,6 +39,7 @@ from sclated.errors import (
     NotFound,
     SclateError,
 )
+from sclated.runs._executor import RemoteCapture
 from sclated.runs._observe import NO_RUNS_OBSERVER, RunsObserver
 from sclated.runs._registry import Registry
 from sclated.runs._spec import RunSpec, validate_run_id, validate_tenant
@@ -106,9 +108,50 @@ def _write_lines(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     tmp.replace(path)
 
 
+def _write_lines_synced(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    with path.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(tmp: Path, final: Path, journal: Sequence[Mapping[str, Any]], calls: Sequence[Mapping[str, Any]]) -> None:
+    """The scheduler state joins the worker's files, then the whole directory appears at
+    once (a crash before the rename leaves only a temporary directory, never half a snapshot)."""
+    _write_lines_synced(tmp / _JOURNAL, journal)
+    _write_lines_synced(tmp / _CALLS, calls)
+    _fsync_dir(tmp)
+    if final.exists():
+        # Leftovers of a snapshot whose row was never stored (a daemon that died in between).
+        shutil.rmtree(final)
+    tmp.rename(final)
+    _fsync_dir(final.parent)
+
+
 def _read_lines(path: Path) -> list[dict[str, Any]]:
     with path.open() as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _check_shared(snapshot_name: str, snap_dir: Path, sandbox: Mapping[str, Any]) -> None:
+    """NotFound unless a shared snapshot's exported image and archives are all there."""
+    wanted = [str(sandbox.get("image_archive", ""))] + [str(a[1]) for a in sandbox.get("archives", ())]
+    missing = [p for p in wanted if not p or not Path(p).is_file()]
+    if missing:
+        raise NotFound(
+            f"snapshot {snapshot_name!r}: file(s) {', '.join(missing) or 'image_archive'} in the shared "
+            f"directory {snap_dir} are gone; pick another snapshot",
+            field="snapshot",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +287,68 @@ class Snapshots:
             }
         )
 
+    async def save_remote(
+        self, run_key: str, tenant: str, remote: RemoteCapture, snapshot_id: str = "", *, at_turn_boundary: bool = False
+    ) -> SnapshotView:
+        """Snapshot a run whose worker is on another machine: the worker saves the agent's
+        files (its committed image exported) into shared storage; the durable journal
+        prefix and the calls go with them, then the snapshot is published and recorded."""
+        if snapshot_id:
+            validate_run_id(snapshot_id, "snapshot_id")
+        else:
+            snapshot_id = f"snap-{uuid.uuid4().hex[:12]}"
+        store = self._store
+        name = _store_name(run_key, snapshot_id)
+        async with self._lock(run_key):
+            if await store.get_snapshot(name) is not None:
+                raise AlreadyExists(
+                    f"snapshot runs/{run_key.split('/', 1)[1]}/snapshots/{snapshot_id} already exists",
+                    field="snapshot_id",
+                )
+            # Every call stored now completed before the worker is asked, so before it freezes.
+            calls = list(await store.calls(run_key))
+            taken = await remote.capture(tenant, snapshot_id, at_turn_boundary=at_turn_boundary)
+            try:
+                seen = {str(c.get("call_id", "")) for c in calls}
+                calls.extend(c for c in taken.calls if str(c.get("call_id", "")) not in seen)
+                cap = taken.capture
+                journal = await self._durable_prefix(run_key, cap.journal_length)
+                await asyncio.to_thread(_publish, taken.tmp_dir, taken.final_dir, journal, calls)
+                info = {
+                    "dir": str(taken.final_dir),
+                    "sandbox": cap.sandbox,
+                    "agent_state": cap.agent_state,
+                    "calls": [str(c.get("call_id", "")) for c in calls],
+                    "shared": True,
+                }
+                create_ns = time.time_ns()
+                await store.insert_snapshot(name, run_key, tenant, create_ns, cap.sim_ns, cap.journal_length, info)
+            except BaseException:
+                self._observer.on_snapshot("failed")
+                await asyncio.to_thread(shutil.rmtree, taken.final_dir, True)
+                await asyncio.shield(remote.discard(taken))
+                raise
+        self._observer.on_snapshot("saved")
+        row = {"name": name, "create_ns": create_ns, "sim_ns": cap.sim_ns, "journal_length": cap.journal_length}
+        return _view({**row, "info": info})
+
+    async def _durable_prefix(self, run_key: str, length: int, wait_s: float = 30.0) -> list[dict[str, Any]]:
+        """Journal entries 0..length-1 once stored: a remote worker's records arrive through
+        the run's pump, a moment after the worker read the length."""
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:
+            await self._flush()
+            journal = [e for e in await self._store.journal(run_key) if int(e["seq"]) < length]
+            if [int(e["seq"]) for e in journal] == list(range(length)):
+                return journal
+            if asyncio.get_running_loop().time() > deadline:
+                raise FailedPrecondition(
+                    f"run {run_key!r}: the durable journal does not hold entries 0..{length - 1} "
+                    f"{wait_s:.0f} s after the snapshot; the snapshot is not kept",
+                    reason="JOURNAL_GAP",
+                )
+            await asyncio.sleep(0.1)
+
     # -- list ----------------------------------------------------------------------------
     async def list(self, run_key: str) -> list[SnapshotView]:
         return [_view(s) for s in await self._store.list_snapshots(run_key)]
@@ -285,7 +390,11 @@ class Snapshots:
                 f"snapshot {snapshot_name!r}: its files in {snap_dir} are gone; pick another snapshot",
                 field="snapshot",
             ) from None
-        if info.get("sandbox"):
+        if info.get("sandbox") and info.get("shared"):
+            # Taken on a cluster node: its image is in the shared directory, loaded by
+            # whichever node restores it (this daemon's engine may never have had it).
+            await asyncio.to_thread(_check_shared, snapshot_name, snap_dir, info["sandbox"])
+        elif info.get("sandbox"):
             files = self._registry.agent(spec.agent.harness).make(spec.agent.options, spec.agent.memory).files
             if files is None:
                 raise FailedPrecondition(

@@ -47,6 +47,10 @@ class _TwiceDelivered:
     def survives_shutdown(self) -> bool:
         return False
 
+    @property
+    def snapshots(self) -> None:
+        return None
+
     def capture_at_close(self) -> dict[str, Any] | None:
         return None
 
