@@ -187,6 +187,8 @@ class Snapshots:
         self._runs_dir = runs_dir
         self._flush = flush
         self._locks: dict[str, asyncio.Lock] = {}
+        self.remote_journal_wait_s = 30.0
+        """How long a remote snapshot waits for its journal prefix to be stored."""
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -332,9 +334,10 @@ class Snapshots:
         row = {"name": name, "create_ns": create_ns, "sim_ns": cap.sim_ns, "journal_length": cap.journal_length}
         return _view({**row, "info": info})
 
-    async def _durable_prefix(self, run_key: str, length: int, wait_s: float = 30.0) -> list[dict[str, Any]]:
+    async def _durable_prefix(self, run_key: str, length: int) -> list[dict[str, Any]]:
         """Journal entries 0..length-1 once stored: a remote worker's records arrive through
         the run's pump, a moment after the worker read the length."""
+        wait_s = self.remote_journal_wait_s
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             await self._flush()
