@@ -59,8 +59,6 @@ class RunWorkerActor:
         """``restore_from``: a snapshot in the shared directory the agent starts from."""
         self._key = key
         self._restore_from = Path(restore_from) if restore_from else None
-        self.image_loaded = False
-        """Whether this worker loaded its snapshot's image from the shared directory."""
         self._spec = RunSpec.from_dict(spec)
         self._journal = journal
         self._settings = settings
@@ -81,9 +79,10 @@ class RunWorkerActor:
                 node_services, self._settings, node_id, self._buffer, self._key, self._calls
             )
             restore = self._restore_from
-            if restore is not None and await asyncio.to_thread((restore / "sandbox").is_dir):
-                # The snapshot was taken on some node: its image comes from the shared directory.
-                self.image_loaded = await ensure_image(restore)
+            # A snapshot taken on some node: its image comes from the shared directory.
+            sandboxed = restore is not None and await asyncio.to_thread((restore / "sandbox").is_dir)
+            if restore is not None and sandboxed and await ensure_image(restore):
+                log.info("run %s: its snapshot's image was loaded from %s", self._key, restore)
             run_dir = self._services.state_dir / "runs" / self._key
             await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
             self._run_dir = run_dir
@@ -131,9 +130,6 @@ class RunWorkerActor:
 
     def node(self) -> str:
         return node_label()
-
-    def loaded_image(self) -> bool:
-        return self.image_loaded
 
     async def snapshot(self, tmp: str, final: str, at_turn_boundary: bool) -> dict[str, Any]:
         """Save the run into ``tmp`` (shared storage) as it will be once renamed to ``final``."""
