@@ -90,6 +90,8 @@ async def export_image(tmp: Path, final: Path, sandbox: dict[str, Any]) -> dict[
         raise FailedPrecondition(
             f"docker save of snapshot image {sandbox['image']} into {target} failed: {text}", reason="EXPORT_FAILED"
         )
+    # docker save writes it 0600: nodes that run as other users must read it too.
+    await asyncio.to_thread(target.chmod, 0o644)
     await asyncio.to_thread(_fsync, target)
     out["image_archive"] = str(final / "sandbox" / IMAGE_ARCHIVE)
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,6 +135,8 @@ async def test_a_snapshot_on_a_node_goes_to_the_shared_dir_and_its_branches_load
             assert await _image_id(snap.image) == image_id
     finally:
         await _stop(proc)
+        # The exported image is hundreds of MB: not left in pytest's kept directories.
+        await asyncio.to_thread(shutil.rmtree, tmp_path / "snapshots", True)
         await _remove_images("sclate-snap:mc-snap-")
 
 
@@ -185,4 +188,6 @@ async def test_a_sandboxed_run_whose_node_dies_resumes_from_its_snapshot_on_anot
             assert await _image_id(snap.image) == image_id
     finally:
         await _stop(proc)
+        # The exported image is hundreds of MB: not left in pytest's kept directories.
+        await asyncio.to_thread(shutil.rmtree, tmp_path / "snapshots", True)
         await _remove_images("sclate-snap:mc-move-")
