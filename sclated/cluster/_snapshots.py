@@ -56,11 +56,9 @@ async def _docker(*args: str) -> tuple[int, str]:
 
 
 def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """A file's bytes on disk (the rename that publishes the snapshot comes later)."""
+    with path.open("rb") as f:
+        os.fsync(f.fileno())
 
 
 def _relocate(tmp: Path, final: Path, sandbox: dict[str, Any]) -> dict[str, Any]:
