@@ -171,7 +171,9 @@ async def test_cancel_stops_the_worker_on_its_node(tmp_path: Path, cluster: Loca
     try:
         async with grpc.aio.insecure_channel(ready["tcp"]) as ch:
             stub = pb_grpc.SclateStub(ch)
-            run = await stub.CreateRun(synthetic_request(days=3, events=3, turn_ms=500, run_id="c1"))
+            # Long enough (about 40 s of turns) to outlive the named-actor listing below,
+            # which starts a Ray driver in a subprocess: a shorter run could end first.
+            run = await stub.CreateRun(synthetic_request(days=10, events=4, turn_ms=1000, run_id="c1"))
             name = actor_name(hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:12], "local/c1")
             async for ev in stub.WatchRun(pb.WatchRunRequest(name=run.name)):
                 if ev.WhichOneof("kind") == "turn":
