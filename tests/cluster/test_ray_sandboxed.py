@@ -12,7 +12,6 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +28,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
 
 FAST = {"max_tokens": 24, "max_steps": 2}
 """The agent options of tests/e2e/test_sandboxed_run.py: a short run of real calls."""
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    c = LocalCluster(nodes=2, sandbox_slots=1)
-    asyncio.run(c.start())
-    try:
-        yield c
-    finally:
-        asyncio.run(c.stop())
 
 
 async def _containers_of(run_id: str) -> list[str]:

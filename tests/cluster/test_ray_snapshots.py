@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,6 @@ from tests.api.conftest import synthetic_request
 from tests.cluster.test_ray_sandboxed import _create
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.model]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    c = LocalCluster(nodes=2, sandbox_slots=1)
-    asyncio.run(c.start())
-    try:
-        yield c
-    finally:
-        asyncio.run(c.stop())
 
 
 async def _daemon(state: Path, cluster: LocalCluster, *extra: str) -> tuple[asyncio.subprocess.Process, dict[str, Any]]:
